@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""The local lab: rootful podman containers running systemd as PID 1, reached over ssh.
+
+    lab/lab.py image          build the lab image unless the one for this recipe exists
+    lab/lab.py up [N]         (re)start N lab hosts and write inventory/lab/hosts.yml
+    lab/lab.py down           remove every lab host
+
+The image is built by mmdebstrap from the Debian mirror apt already uses (read from the apt
+sources), imported with `podman import` and tagged with the hash of its recipe, so it is
+rebuilt only when the recipe changes. Every published port is bound to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".lab"
+CACHE = Path(os.environ.get("BC_CACHE", "/var/cache/benchmark-cycle"))
+IMAGE_REPO = "localhost/benchmark-cycle-lab"
+NAME_PREFIX = "bc-lab-"
+SSH_PORT_BASE = 22200
+HTTP_PORT_BASE = 28080
+SERVICE_PORT = 8080
+TORCH_REQUIREMENT = os.environ.get("BC_LAB_TORCH", "torch==2.13.0")
+PACKAGES = [
+    "systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "sudo", "openssh-server",
+    "iproute2", "procps", "ca-certificates", "curl", "util-linux",
+]
+CUSTOMIZE = ROOT / "lab" / "image" / "customize.sh"
+
+
+def run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run a command, echoing it; raise with its stderr on failure."""
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, text=True, **kw)  # type: ignore[call-overload]
+
+
+def host_suite() -> str:
+    """The Debian codename of this machine (the lab matches the controller's release)."""
+    text = Path("/etc/os-release").read_text(encoding="utf-8")
+    match = re.search(r"^VERSION_CODENAME=(\S+)", text, re.M)
+    if not match:
+        raise SystemExit("lab: /etc/os-release has no VERSION_CODENAME; set BC_LAB_SUITE")
+    return os.environ.get("BC_LAB_SUITE", match.group(1))
+
+
+def apt_mirror(suite: str) -> str:
+    """The mirror URI apt already uses for `suite` (deb822 .sources or one-line .list files)."""
+    files = [Path("/etc/apt/sources.list")]
+    files += sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    files += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
+    for path in files:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(
+                    (k.strip().lower(), v.strip())
+                    for k, v in re.findall(r"^([A-Za-z-]+):(.*)$", stanza, re.M)
+                )
+                if "deb" in fields.get("types", "").split() and suite in fields.get("suites", "").split():
+                    return fields["uris"].split()[0]
+        else:
+            for line in text.splitlines():
+                parts = line.split("#", 1)[0].split()
+                if len(parts) >= 3 and parts[0] == "deb":
+                    uri_idx = 2 if parts[1].startswith("[") else 1
+                    if parts[uri_idx + 1] == suite:
+                        return parts[uri_idx]
+    raise SystemExit(f"lab: no apt source for suite {suite!r} in /etc/apt; add one or set BC_LAB_SUITE")
+
+
+def recipe_tag(suite: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps([suite, PACKAGES, TORCH_REQUIREMENT]).encode())
+    digest.update(CUSTOMIZE.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def image_ref() -> str:
+    return f"{IMAGE_REPO}:{recipe_tag(host_suite())}"
+
+
+def wheelhouse() -> Path:
+    """CPU torch and its dependencies as cp311 wheels; a local wheel is preferred by pip's config."""
+    dest = CACHE / ("wheelhouse-" + re.sub(r"[^A-Za-z0-9.]+", "_", TORCH_REQUIREMENT))
+    if (dest / ".complete").exists():
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(dest)]
+    index = os.environ.get("BC_TORCH_INDEX_URL")
+    if index:
+        cmd += ["--index-url", index]
+    run([*cmd, TORCH_REQUIREMENT])
+    (dest / ".complete").touch()
+    return dest
+
+
+def build_image() -> str:
+    ref = image_ref()
+    if subprocess.run(["podman", "image", "exists", ref], check=False).returncode == 0:
+        print(f"lab: image {ref} is up to date", file=sys.stderr)
+        return ref
+    suite = host_suite()
+    wheels = wheelhouse()
+    tmp = Path(os.environ.get("BC_LAB_BUILD_DIR", "/dev/shm")) / f"bc-lab-{recipe_tag(suite)}.tar"
+    started = time.monotonic()
+    try:
+        run([
+            "mmdebstrap", "--variant=apt", "--mode=root", "--format=tar",
+            "--include=" + ",".join(PACKAGES),
+            f"--customize-hook=sh {CUSTOMIZE} \"$1\" {wheels}",
+            suite, str(tmp), apt_mirror(suite),
+        ])
+        run(["podman", "import", "--change", "CMD=/sbin/init", str(tmp), ref])
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"lab: built {ref} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return ref
+
+
+def ensure_key() -> Path:
+    STATE.mkdir(mode=0o700, exist_ok=True)
+    key = STATE / "id_ed25519"
+    if not key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "benchmark-cycle-lab", "-f", str(key)])
+    return key
+
+
+def lab_names() -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{NAME_PREFIX}"],
+        check=True, text=True, capture_output=True,
+    ).stdout
+    return [n for n in out.split() if n.startswith(NAME_PREFIX)]
+
+
+def down() -> None:
+    names = lab_names()
+    if names:
+        run(["podman", "rm", "-f", "-t", "2", *names], stdout=subprocess.DEVNULL)
+
+
+def wait_ssh(port: int, key: Path, deadline_s: float = 60.0) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                pass
+            probe = subprocess.run(
+                ["ssh", *ssh_opts(key), "-p", str(port), "root@127.0.0.1", "systemctl is-system-running --wait >/dev/null 2>&1; true"],
+                check=False, capture_output=True, timeout=30,
+            )
+            if probe.returncode == 0:
+                return time.monotonic() - start
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"lab: ssh on 127.0.0.1:{port} did not answer within {deadline_s:.0f} s")
+
+
+def ssh_opts(key: Path) -> list[str]:
+    return ["-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+
+
+def up(count: int) -> None:
+    if count < 1:
+        raise SystemExit("lab: N must be at least 1")
+    ref = build_image()
+    key = ensure_key()
+    down()
+    started = time.monotonic()
+    hosts = {}
+    for i in range(1, count + 1):
+        name = f"{NAME_PREFIX}{i}"
+        ssh_port, http_port = SSH_PORT_BASE + i, HTTP_PORT_BASE + i
+        run([
+            "podman", "run", "-d", "--name", name, "--hostname", f"lab{i}",
+            "--systemd=always", "--stop-signal=SIGRTMIN+3",
+            "-p", f"127.0.0.1:{ssh_port}:22", "-p", f"127.0.0.1:{http_port}:{SERVICE_PORT}",
+            "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro,Z",
+            ref, "/sbin/init",
+        ], stdout=subprocess.DEVNULL)
+        hosts[f"lab{i}"] = {
+            "ansible_host": "127.0.0.1", "ansible_port": ssh_port,
+            "lab_container": name, "lab_http_port": http_port,
+        }
+    for i in range(1, count + 1):
+        wait_ssh(SSH_PORT_BASE + i, key)
+    write_inventory(hosts, key)
+    print(f"lab: {count} host(s) up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+def write_inventory(hosts: dict[str, dict[str, object]], key: Path) -> None:
+    lines = ["# Generated by lab/lab.py up; do not edit. The lab hosts are podman containers on loopback.",
+             "all:", "  children:", "    inference:", "      hosts:"]
+    for name, hv in hosts.items():
+        lines.append(f"        {name}:")
+        lines += [f"          {k}: {json.dumps(v)}" for k, v in hv.items()]
+    lines += ["  vars:", f"    ansible_ssh_private_key_file: {json.dumps(str(key))}"]
+    (ROOT / "inventory" / "lab" / "hosts.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("image")
+    p_up = sub.add_parser("up")
+    p_up.add_argument("count", nargs="?", type=int, default=int(os.environ.get("BC_LAB_HOSTS", "1")))
+    sub.add_parser("down")
+    sub.add_parser("mirror")
+    args = parser.parse_args(argv)
+    if shutil.which("podman") is None and args.cmd != "mirror":
+        raise SystemExit("lab: podman is not installed; run `make setup`")
+    if args.cmd == "image":
+        print(build_image())
+    elif args.cmd == "up":
+        up(args.count)
+    elif args.cmd == "down":
+        down()
+    elif args.cmd == "mirror":
+        print(apt_mirror(host_suite()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+#!/usr/bin/python
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: one health probe of an inference server (SGLang, llama.cpp, vLLM)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: inference_health
+short_description: Probe an inference server once and say where its start-up is
+description:
+  - Makes one probe of an OpenAI-compatible inference server and, when O(unit) is given, reads
+    the systemd unit's state and its journal since the unit started.
+  - Returns structured facts on every call, ready or not, so that a task can wait with
+    C(until: result.ready or result.failed) and O(retries)/O(delay) as long as a reload takes.
+  - Fails only when waiting is pointless - the unit failed, stopped, restarted since
+    O(restarts_baseline), logged a fatal start-up error, or a ready server gave a wrong answer.
+  - O(probe=load) reads the engine's in-flight gauges from its metrics endpoint, for draining.
+  - What each engine answers while it starts is data (module_utils/bc_engines.py), not code.
+version_added: "1.0.0"
+options:
+  url:
+    description: Base URL of the server, scheme, host and port (no path), for example C(http://127.0.0.1:30001).
+    type: str
+    required: true
+  engine:
+    description: Which server speaks at O(url); picks endpoints, status meanings, metrics and journal patterns.
+    type: str
+    choices: [sglang, llamacpp, vllm]
+    default: sglang
+  probe:
+    description:
+      - C(liveness) asks the engine's cheap health endpoint.
+      - C(readiness) asks the endpoint that proves the server can serve (SGLang C(/health_generate) runs a 1-token generation).
+      - C(completion) sends O(prompt) to C(/v1/completions) with temperature 0 and checks the answer holds O(expect).
+      - C(load) reads running + queued requests from the metrics endpoint (for draining).
+    type: str
+    choices: [liveness, readiness, completion, load]
+    default: readiness
+  prompt:
+    description: Prompt of the completion probe. Only with O(probe=completion).
+    type: str
+  expect:
+    description: Text the completion answer must contain. Only with O(probe=completion). Defaults to C(4) for the default prompt C(2+2=).
+    type: str
+  max_tokens:
+    description: Tokens the completion probe asks for.
+    type: int
+    default: 4
+  model:
+    description: Model name sent with the completion probe (the served model name); omitted when empty.
+    type: str
+    default: ""
+  api_key:
+    description: Bearer token for servers started with an API key.
+    type: str
+  timeout:
+    description:
+      - Seconds one HTTP request may take. For SGLang readiness it must exceed SGLANG_HEALTH_CHECK_TIMEOUT (20 s),
+        so values under the engine's minimum are raised to it.
+    type: float
+    default: 30
+  unit:
+    description: systemd unit running the server; its state and journal are read on every probe.
+    type: str
+  restarts_baseline:
+    description: NRestarts of O(unit) when the cycle started it; a larger value is a crash loop and fails the probe.
+    type: int
+  journal_lines:
+    description: How many journal lines since the unit's start to scan for progress and failure lines.
+    type: int
+    default: 400
+  validate_certs:
+    description: Verify TLS certificates for https URLs.
+    type: bool
+    default: true
+author:
+  - benchmark-cycle contributors
+notes:
+  - Supports check mode; a probe changes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Wait out a 10-minute SGLang reload
+  inference_health:
+    url: http://127.0.0.1:30001
+    engine: sglang
+    unit: sglang-k26-ddtree.service
+    restarts_baseline: "{{ nrestarts_at_start }}"
+  register: health
+  until: health.ready or health.failed
+  retries: 180
+  delay: 5
+
+- name: Check a real answer
+  inference_health:
+    url: http://127.0.0.1:8080
+    engine: llamacpp
+    probe: completion
+    prompt: "2+2="
+    expect: "4"
+
+- name: In-flight work for a drain
+  inference_health:
+    url: http://127.0.0.1:30001
+    probe: load
+  register: load
+  until: load.in_flight == 0
+"""
+
+RETURN = r"""
+ready:
+  description: The server answered the probe as a ready server does (and correctly, for the completion probe).
+  returned: always
+  type: bool
+phase:
+  description: One of C(down), C(loading), C(warming), C(ready), C(failed).
+  returned: always
+  type: str
+  sample: warming
+reason:
+  description: Why the probe is not ready, or why it failed.
+  returned: always
+  type: str
+http_status:
+  description: HTTP status of the probe, null when no HTTP answer came.
+  returned: always
+  type: int
+latency_ms:
+  description: Time the HTTP request took.
+  returned: always
+  type: float
+unit_state:
+  description: C(systemctl show) of O(unit) - ActiveState, SubState, NRestarts, ExecMainStatus, ExecMainPID, InvocationID.
+  returned: when O(unit) is set
+  type: dict
+since_start_s:
+  description: Seconds since the unit left the inactive state, i.e. since its start began (the reload time so far).
+  returned: when O(unit) is set and running
+  type: float
+stage:
+  description: Label of the last progress line in the unit's journal since its start.
+  returned: when O(unit) is set
+  type: str
+  sample: Capture decode CUDA graph
+stage_line:
+  description: The journal line that gave O(stage).
+  returned: when O(unit) is set
+  type: str
+answer:
+  description: Text of the completion answer.
+  returned: when O(probe=completion) and the server answered
+  type: str
+in_flight:
+  description: Running + queued requests (null when the engine exposes no such gauges).
+  returned: when O(probe=load)
+  type: float
+in_flight_by_metric:
+  description: Each in-flight gauge's value.
+  returned: when O(probe=load)
+  type: dict
+startup_phases:
+  description: SGLang's own start-up phase times from C(sglang:startup_time_seconds), when metrics are on.
+  returned: when ready and the engine exposes them
+  type: dict
+"""
+
+import json
+import socket
+import time
+from typing import Any
+from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.bc_health import (
+    UNIT_PROPERTIES,
+    HttpResult,
+    classify,
+    in_flight,
+    journal_stage,
+    parse_unit_show,
+    startup_phases,
+)
+from ansible.module_utils.urls import open_url
+
+DEFAULT_PROMPT, DEFAULT_EXPECT = "2+2=", "4"
+
+
+def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: dict[str, Any] | None = None) -> HttpResult:
+    headers = {"Accept": "application/json"}
+    if module.params["api_key"]:
+        headers["Authorization"] = "Bearer " + module.params["api_key"]
+    data = None
+    if payload is not None:
+        data = json.dumps(payload)
+        headers["Content-Type"] = "application/json"
+    start = time.monotonic()
+    try:
+        resp = open_url(url, method=method, data=data, headers=headers, timeout=timeout,
+                        validate_certs=module.params["validate_certs"], follow_redirects="none")
+        body = resp.read().decode("utf-8", "replace")
+        return HttpResult(resp.status, body, latency_ms=(time.monotonic() - start) * 1000)
+    except HTTPError as err:
+        body = err.read().decode("utf-8", "replace") if err.fp else ""
+        return HttpResult(err.code, body, latency_ms=(time.monotonic() - start) * 1000)
+    except (URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        kind = "other"
+        if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason).lower():
+            kind = "refused"
+        elif isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason).lower():
+            kind = "timeout"
+        return HttpResult(None, "", error="%s: %s" % (url, reason), error_kind=kind,
+                          latency_ms=(time.monotonic() - start) * 1000)
+
+
+def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(unit_state, journal facts) of the unit, read with argument lists (no shell)."""
+    rc, out, err = module.run_command(
+        ["systemctl", "show", unit, "--property=Id," + ",".join(UNIT_PROPERTIES)])
+    if rc != 0:
+        module.fail_json(msg="systemctl show %s failed (rc=%d): %s" % (unit, rc, err.strip()), failed=True)
+    state = parse_unit_show(out)
+    facts: dict[str, Any] = {"stage": "", "stage_line": "", "journal_failure": ""}
+    start_us = state.get("InactiveExitTimestampMonotonic")  # the start job began (ExecStartPre included)
+    if isinstance(start_us, int) and start_us > 0 and state.get("ActiveState") != "inactive":
+        facts["since_start_s"] = round(time.clock_gettime(time.CLOCK_MONOTONIC) - start_us / 1e6, 1)
+    invocation = state.get("InvocationID")
+    if invocation:
+        cmd = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "_SYSTEMD_INVOCATION_ID=%s" % invocation]
+        rc, out, _err = module.run_command(cmd)
+        if rc == 0:
+            stage, stage_line, failure = journal_stage(out.splitlines(), engine)
+            facts.update(stage=stage, stage_line=stage_line, journal_failure=failure)
+    return state, facts
+
+
+def validate(module: AnsibleModule) -> None:
+    p = module.params
+    parts = urlsplit(p["url"])
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        module.fail_json(msg="url %r is not an http(s) URL with a host; give e.g. http://127.0.0.1:30001" % p["url"])
+    try:
+        _port = parts.port
+    except ValueError:
+        module.fail_json(msg="url %r has an invalid port" % p["url"])
+    if parts.path not in ("", "/"):
+        module.fail_json(msg="url %r has a path; give the base URL only, the engine profile adds the endpoint" % p["url"])
+    if p["timeout"] <= 0:
+        module.fail_json(msg="timeout must be > 0 seconds, got %s" % p["timeout"])
+    if p["max_tokens"] < 1:
+        module.fail_json(msg="max_tokens must be >= 1, got %d" % p["max_tokens"])
+    if p["probe"] != "completion" and (p["prompt"] is not None or p["expect"] is not None):
+        module.fail_json(msg="prompt/expect apply to probe=completion only (probe is %s)" % p["probe"])
+    if p["journal_lines"] < 1:
+        module.fail_json(msg="journal_lines must be >= 1, got %d" % p["journal_lines"])
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
+            "probe": {"type": "str", "default": "readiness", "choices": ["liveness", "readiness", "completion", "load"]},
+            "prompt": {"type": "str"},
+            "expect": {"type": "str"},
+            "max_tokens": {"type": "int", "default": 4},
+            "model": {"type": "str", "default": ""},
+            "api_key": {"type": "str", "no_log": True},
+            "timeout": {"type": "float", "default": 30},
+            "unit": {"type": "str"},
+            "restarts_baseline": {"type": "int"},
+            "journal_lines": {"type": "int", "default": 400},
+            "validate_certs": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    validate(module)
+    p = module.params
+    prof = profile(p["engine"])
+    base = p["url"].rstrip("/")
+    timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
+
+    unit_state, jfacts = (None, {"journal_failure": ""})
+    if p["unit"]:
+        unit_state, jfacts = unit_facts(module, p["unit"], p["engine"], p["journal_lines"])
+
+    expect = None
+    if p["probe"] == "completion":
+        prompt = DEFAULT_PROMPT if p["prompt"] is None else p["prompt"]
+        expect = DEFAULT_EXPECT if p["expect"] is None and p["prompt"] is None else p["expect"]
+        payload: dict[str, Any] = {"prompt": prompt, "max_tokens": p["max_tokens"], "temperature": 0}
+        if p["model"]:
+            payload["model"] = p["model"]
+        answer = http(module, "POST", base + prof["completion_path"], timeout, payload)
+    elif p["probe"] == "load":
+        answer = http(module, "GET", base + prof["metrics_path"], timeout)
+    else:
+        path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
+        answer = http(module, "GET", base + path, timeout)
+
+    result = classify(p["engine"], "completion" if p["probe"] == "completion" else "status", answer,
+                      unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
+    result["changed"] = False
+    result["url"] = base
+    if unit_state is not None:
+        result["unit_state"] = unit_state
+        result.update(jfacts)
+
+    if p["probe"] == "load" and not result["failed"]:
+        if answer.status == 200:
+            total, each = in_flight(answer.body, p["engine"])
+            result.update(in_flight=total, in_flight_by_metric=each)
+            if total is None:
+                module.fail_json(msg="%s exposes none of %s at %s: start the server with metrics on"
+                                 % (p["engine"], ", ".join(prof["inflight_metrics"]), prof["metrics_path"]), **result)
+        else:
+            result.update(in_flight=None, in_flight_by_metric={})
+    elif result["ready"] and prof["startup_metric"]:
+        metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
+        if metrics.status == 200:
+            result["startup_phases"] = startup_phases(metrics.body, p["engine"])
+
+    if result["failed"]:
+        module.fail_json(msg=result["reason"], **{k: v for k, v in result.items() if k != "failed"})
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

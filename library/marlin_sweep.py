@@ -1,0 +1,205 @@
+#!/usr/bin/python
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: the INT4 Marlin MoE GEMM sweep over token batch sizes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: marlin_sweep
+short_description: Sweep SGLang's INT4 Marlin MoE GEMM (or a torch reference) over token batch sizes
+description:
+  - Builds INT4 symmetric group-quantized expert weights on the GPU in chunks, times the fused MoE
+    (two GEMMs, SiLU-and-mul, top-k combine) at each batch size M with CUDA-graph replays that rotate
+    the routing, and returns per-point times, bytes, bandwidth, FLOP/s and the weight-streaming floor.
+  - The sweep runs in a child process of O(python); finished points are written to O(output) after
+    each one, so a crash or a kill loses at most the point in flight and the module names the signal.
+  - Without a GPU the C(torch) backend runs on the CPU and says so in C(ran_on) and C(note).
+  - In check mode it validates the shape and returns the plan and the estimated peak memory.
+version_added: "1.0.0"
+options:
+  num_experts: {description: Routed experts., type: int, default: 384}
+  hidden_size: {description: Model hidden size (GEMM K of w13)., type: int, default: 7168}
+  intermediate_size: {description: MoE intermediate size before tensor-parallel sharding., type: int, default: 2048}
+  top_k: {description: Experts per token., type: int, default: 8}
+  group_size: {description: Quantization group size along K (-1 = per channel)., type: int, default: 32}
+  num_bits: {description: Weight bits., type: int, default: 4, choices: [4, 8]}
+  tp_size:
+    description: Tensor-parallel degree; 1 is the full unsharded shape, 8 what each GPU runs in production (intermediate/8).
+    type: int
+    default: 1
+  batch_sizes:
+    description: Token counts M to time; default 1, 2, 4, ..., 1024.
+    type: list
+    elements: int
+    default: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+  dtype: {description: Activation and scale dtype., type: str, default: bf16, choices: [bf16, fp16]}
+  device: {description: CUDA device index., type: int, default: 0}
+  backend:
+    description:
+      - C(sglang) is SGLang's fused_marlin_moe with its Marlin repack helpers (needs a CUDA GPU and sglang).
+      - C(torch) is the dequantized grouped GEMM reference (torch._grouped_mm on CUDA, a loop on CPU).
+      - C(auto) is sglang when importable, else a failure that says what to install.
+    type: str
+    default: auto
+    choices: [auto, sglang, torch]
+  warmup: {description: Warm-up calls per point., type: int, default: 5}
+  iters: {description: Timed samples (graph replays) per point; the median is reported., type: int, default: 20}
+  routings: {description: Different top-k routings captured per graph and rotated per call., type: int, default: 8}
+  seed: {description: Seed of weights, activations and routing., type: int, default: 0}
+  check: {description: With sglang, compare against an fp32 reference on a small expert count., type: bool, default: true}
+  output: {description: JSON file on the host; rewritten after every point., type: path, required: true}
+  python: {description: Interpreter that has torch (and sglang); defaults to the one running the module., type: path}
+  timeout: {description: Seconds the sweep process may run before it is killed., type: int, default: 3600}
+author:
+  - benchmark-cycle contributors
+"""
+
+EXAMPLES = r"""
+- name: Full-shape Kimi K2.6 MoE sweep, run detached from the connection
+  marlin_sweep:
+    tp_size: 1
+    backend: sglang
+    output: /var/lib/benchmark-cycle/sweep.json
+    python: /opt/sglang/bin/python
+  async: 1800
+  poll: 10
+"""
+
+RETURN = r"""
+points:
+  description:
+    - One entry per M - m, ms (median), ms_min, ms_max, us_per_token, experts_touched, bytes_moved,
+      gbs, tflops, floor_ms, efficiency.
+  returned: success
+  type: list
+  elements: dict
+knee_m: {description: Smallest M whose time is within 10% of the plateau., returned: success, type: int}
+plateau_ms: {description: Time once every expert's weights are streamed., returned: success, type: float}
+copy_bandwidth_gbs: {description: Device copy bandwidth measured in the same run (read + write)., returned: success, type: float}
+peak_memory_gib: {description: Peak allocated GPU memory of the sweep., returned: on GPU, type: float}
+estimate_peak_gib: {description: The preflight estimate of that peak., returned: always, type: float}
+ran_on: {description: C(gpu) or C(cpu)., returned: success, type: str}
+environment: {description: GPU, driver, torch, sglang, python versions., returned: success, type: dict}
+check: {description: Relative error of the sglang output against the fp32 reference., returned: with sglang, type: dict}
+output: {description: Path of the JSON result on the host., returned: always, type: str}
+"""
+
+import json
+import os
+import pkgutil
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import ansible.module_utils as _mu
+from ansible.module_utils import bc_marlin  # noqa: F401 - imported so AnsiballZ ships it to the host
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_sweepstats import GIB, ShapeError, estimate_peak_bytes, validate
+
+SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits", "tp_size")
+
+
+SWEEP_MODULES = ("bc_marlin", "bc_sweepstats")
+
+
+def stage_sweep_package(tmpdir: str) -> str:
+    """Lay out ansible/module_utils/{bc_marlin,bc_sweepstats}.py under tmpdir, read from this
+    module's own payload (pkgutil works for AnsiballZ's zip and for files alike), so that the
+    sweep's interpreter - the host's SGLang venv, which has no ansible - can run it."""
+    pkg = os.path.join(tmpdir, "ansible", "module_utils")
+    os.makedirs(pkg)
+    for init in (os.path.join(tmpdir, "ansible", "__init__.py"), os.path.join(pkg, "__init__.py")):
+        with open(init, "w", encoding="utf-8"):
+            pass
+    for name in SWEEP_MODULES:
+        data = pkgutil.get_data(_mu.__name__, name + ".py")
+        if data is None:
+            raise RuntimeError("module_utils %s.py is missing from the module payload" % name)
+        with open(os.path.join(pkg, name + ".py"), "wb") as fh:
+            fh.write(data)
+    return tmpdir
+
+
+def main() -> None:
+    spec: dict[str, Any] = {
+        "num_experts": {"type": "int", "default": 384},
+        "hidden_size": {"type": "int", "default": 7168},
+        "intermediate_size": {"type": "int", "default": 2048},
+        "top_k": {"type": "int", "default": 8},
+        "group_size": {"type": "int", "default": 32},
+        "num_bits": {"type": "int", "default": 4, "choices": [4, 8]},
+        "tp_size": {"type": "int", "default": 1},
+        "batch_sizes": {"type": "list", "elements": "int", "default": [2 ** i for i in range(11)]},
+        "dtype": {"type": "str", "default": "bf16", "choices": ["bf16", "fp16"]},
+        "device": {"type": "int", "default": 0},
+        "backend": {"type": "str", "default": "auto", "choices": ["auto", "sglang", "torch"]},
+        "warmup": {"type": "int", "default": 5},
+        "iters": {"type": "int", "default": 20},
+        "routings": {"type": "int", "default": 8},
+        "seed": {"type": "int", "default": 0},
+        "check": {"type": "bool", "default": True},
+        "output": {"type": "path", "required": True},
+        "python": {"type": "path"},
+        "timeout": {"type": "int", "default": 3600},
+    }
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    p = module.params
+    shape = {k: p[k] for k in SHAPE_KEYS}
+    for key in ("warmup", "routings", "timeout"):
+        if p[key] < (0 if key == "warmup" else 1):
+            module.fail_json(msg="%s must be >= %d, got %d" % (key, 0 if key == "warmup" else 1, p[key]))
+    if p["iters"] < 3:
+        module.fail_json(msg="iters must be >= 3 for a median with a spread, got %d" % p["iters"])
+    try:
+        s = validate(shape, p["batch_sizes"], p["backend"])
+    except ShapeError as err:
+        module.fail_json(msg="marlin_sweep: %s" % err)
+    backend_for_estimate = "torch" if p["backend"] == "torch" else "sglang"
+    estimate = estimate_peak_bytes(s, p["batch_sizes"], backend_for_estimate, p["routings"])
+    plan = {"shape": s, "batch_sizes": sorted(set(p["batch_sizes"])), "backend": p["backend"],
+            "estimate_peak_gib": round(estimate / GIB, 3), "output": p["output"]}
+    if module.check_mode:
+        module.exit_json(changed=False, plan=plan, **plan)
+
+    out_dir = os.path.dirname(p["output"]) or "."
+    if not os.path.isdir(out_dir):
+        module.fail_json(msg="output directory %s does not exist; create it first" % out_dir)
+    cfg = dict(p, shape=shape, output=p["output"])
+    python = p["python"] or sys.executable
+    stage = tempfile.mkdtemp(prefix="bc-sweep-")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
+    try:
+        proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=json.dumps(cfg), text=True,
+                              capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage)
+    except subprocess.TimeoutExpired:
+        module.fail_json(msg="the sweep ran past timeout=%d s and was killed; finished points are in %s"
+                         % (p["timeout"], p["output"]), output=p["output"], **plan)
+    except OSError as err:
+        module.fail_json(msg="cannot run python %s for the sweep: %s" % (python, err), **plan)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    tail = (proc.stderr or "").strip().splitlines()[-20:]
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        hint = " (the OOM killer or an operator sends SIGKILL)" if sig == "SIGKILL" else ""
+        module.fail_json(msg="the sweep process was killed by %s%s; finished points are kept in %s"
+                         % (sig, hint, p["output"]), signal=sig, stderr_tail=tail, **plan)
+    last = (proc.stdout or "").strip().splitlines()[-1:] or ["{}"]
+    try:
+        result = json.loads(last[0])
+    except ValueError:
+        result = {"status": "error", "error": "no result from the sweep process"}
+    if proc.returncode != 0 or result.get("status") != "complete":
+        module.fail_json(msg="the sweep failed (exit %d): %s" % (proc.returncode, result.get("error", "no result")),
+                         rc=proc.returncode, stderr_tail=tail, **plan)
+    result.pop("status", None)
+    module.exit_json(changed=True, output=p["output"], **result)
+
+
+if __name__ == "__main__":
+    main()

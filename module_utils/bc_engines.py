@@ -1,0 +1,111 @@
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Engine profiles: what each inference server says while it loads, warms up and serves.
+
+A profile is data, not a code path: endpoints, what an HTTP status (or a refused connection)
+means, the Prometheus names of in-flight work, and the journal lines that mark progress and
+failure. Every probe and the drain read these tables; adding an engine is adding a dict.
+
+Sources: SGLang 0.5.10-0.5.23 (`srt/entrypoints/http_server.py`: `/health` and
+`/health_generate` answer 503 until the warmup request succeeds; the port is closed while
+weights load and CUDA graphs are captured; `srt/managers/scheduler.py` and
+`model_executor/model_runner.py` log lines), llama.cpp `tools/server/server.cpp` (`/health`
+503 `{"error":{"message":"Loading model"}}` while loading, `llamacpp:` metrics with
+`--metrics`), vLLM `entrypoints/openai/api_server.py` (`/health` once the engine is up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PHASES = ("down", "loading", "warming", "ready", "failed")
+
+ENGINES: dict[str, dict[str, Any]] = {
+    "sglang": {
+        "readiness_path": "/health_generate",  # runs a real 1-token generation
+        "liveness_path": "/health",
+        "completion_path": "/v1/completions",
+        "metrics_path": "/metrics",
+        # the HTTP port opens only after weights, KV cache and CUDA graphs
+        "refused_phase": "loading",
+        "status_phase": {200: "ready", 503: "warming"},
+        "body_phase": {},
+        # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that
+        "min_timeout_s": 25,
+        "inflight_metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
+        "startup_metric": "sglang:startup_time_seconds",
+        "progress": [
+            [r"Load weight begin", "Load weight begin"],
+            [r"Load weight end\. elapsed=\s*([\d.]+)", "Load weight end ({0} s)"],
+            [r"KV Cache is allocated", "KV Cache is allocated"],
+            [r"Capture (\w+ )?cuda graph begin", "Capture {0}CUDA graph"],
+            [r"Capture (\w+ )?cuda graph end", "Captured {0}CUDA graph"],
+            [r"max_total_num_tokens=(\d+)", "Scheduler ready (max_total_num_tokens={0})"],
+            [r"The server is fired up and ready to roll!", "Warmup done: ready to roll"],
+        ],
+        "failure": [
+            r"scheduler died during initialization",
+            r"Initialization failed\. warmup error",
+            r"Scheduler watchdog timeout",
+            r"Received sigquit from a child process",
+        ],
+    },
+    "llamacpp": {
+        "readiness_path": "/health",
+        "liveness_path": "/health",
+        "completion_path": "/v1/completions",
+        "metrics_path": "/metrics",
+        # llama-server binds its port at once and answers 503 "Loading model" until the model is in
+        "refused_phase": "loading",
+        "status_phase": {200: "ready", 503: "loading"},
+        "body_phase": {"Loading model": "loading"},
+        "min_timeout_s": 1,
+        "inflight_metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"],
+        "startup_metric": "",
+        "progress": [
+            [r"loading model '([^']+)'", "Loading model"],
+            [r"llama_model_loader: loaded meta data", "Load weight begin"],
+            [r"load_tensors: .*size = +([\d.]+ MiB)", "Load weight end ({0})"],
+            [r"llama_kv_cache.*size = +([\d.]+ MiB)", "KV Cache is allocated ({0})"],
+            [r"warming up the model", "Warmup"],
+            [r"model loaded", "Model loaded"],
+            [r"listening on (\S+)", "Listening on {0}"],
+        ],
+        "failure": [
+            r"failed to load model",
+            r"exiting due to model loading error",
+            r"error: unknown argument",
+        ],
+    },
+    "vllm": {
+        "readiness_path": "/health",
+        "liveness_path": "/health",
+        "completion_path": "/v1/completions",
+        "metrics_path": "/metrics",
+        "refused_phase": "loading",
+        "status_phase": {200: "ready", 503: "warming"},
+        "body_phase": {},
+        "min_timeout_s": 5,
+        "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
+        "startup_metric": "",
+        "progress": [
+            [r"Starting to load model", "Load weight begin"],
+            [r"Loading weights took ([\d.]+) seconds", "Load weight end ({0} s)"],
+            [r"# GPU blocks: (\d+)", "KV Cache is allocated ({0} blocks)"],
+            [r"Capturing cudagraphs", "Capture CUDA graph"],
+            [r"Graph capturing finished in (\d+) secs", "Captured CUDA graph ({0} s)"],
+            [r"Application startup complete", "Ready"],
+        ],
+        "failure": [r"EngineCore failed to start", r"RuntimeError: Engine core initialization failed"],
+    },
+}
+
+
+def profile(engine: str) -> dict[str, Any]:
+    """The profile of `engine`, or a ValueError that names the known ones."""
+    try:
+        return ENGINES[engine]
+    except KeyError:
+        raise ValueError(
+            "engine %r is not known; use one of: %s" % (engine, ", ".join(sorted(ENGINES)))
+        ) from None

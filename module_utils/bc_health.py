@@ -1,0 +1,185 @@
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One probe of an inference server, and what it means.
+
+The I/O (HTTP, `systemctl show`, `journalctl`) is done by the caller and handed in as plain
+values, so the decision (`classify`) is a pure function that the unit tests drive with the
+exact answers each engine gives. The module `inference_health` is a thin shell around this.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ansible.module_utils.bc_engines import profile
+
+UNIT_PROPERTIES = (
+    "ActiveState", "SubState", "NRestarts", "ExecMainStatus", "ExecMainPID",
+    "InactiveExitTimestampMonotonic", "ActiveEnterTimestampMonotonic", "InvocationID", "LoadState",
+)
+
+
+class HttpResult:
+    """What one HTTP exchange gave: a status and body, or an error kind."""
+
+    def __init__(self, status: int | None = None, body: str = "", error: str = "",
+                 error_kind: str = "", latency_ms: float = 0.0) -> None:
+        self.status = status
+        self.body = body
+        self.error = error
+        self.error_kind = error_kind  # "refused", "timeout", "other" or ""
+        self.latency_ms = latency_ms
+
+
+def parse_unit_show(text: str) -> dict[str, Any]:
+    """`systemctl show -p ...` output (KEY=VALUE lines) -> dict with integers where numeric."""
+    state: dict[str, Any] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        state[key] = int(value) if value.isdigit() else value
+    return state
+
+
+def journal_stage(lines: list[str], engine: str) -> tuple[str, str, str]:
+    """(stage, stage_line, failure_line) from the unit's journal since its start.
+
+    `stage` is the label of the last progress line, `failure_line` the first line matching one
+    of the engine's failure patterns ("" if none)."""
+    prof = profile(engine)
+    stage, stage_line, failure = "", "", ""
+    progress = [(re.compile(p, re.I), label) for p, label in prof["progress"]]
+    failures = [re.compile(p, re.I) for p in prof["failure"]]
+    for line in lines:
+        for rx, label in progress:
+            match = rx.search(line)
+            if match:
+                stage = label.format(*[g or "" for g in match.groups()])
+                stage_line = line.strip()[:240]
+        if not failure and any(rx.search(line) for rx in failures):
+            failure = line.strip()[:240]
+    return stage, stage_line, failure
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition -> {name: [(labels, value), ...]}. Malformed lines are skipped."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    rx = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{([^}]*)\})?\s+(\S+)')
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = rx.match(line)
+        if not match:
+            continue
+        try:
+            value = float(match.group(4))
+        except ValueError:
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(3) or ""))
+        out.setdefault(match.group(1), []).append((labels, value))
+    return out
+
+
+def in_flight(metrics_text: str, engine: str) -> tuple[float | None, dict[str, float]]:
+    """Sum of the engine's in-flight gauges (running + queued), and each gauge's value.
+    None when none of the gauges is exposed (metrics off)."""
+    parsed = parse_prometheus(metrics_text)
+    each: dict[str, float] = {}
+    for name in profile(engine)["inflight_metrics"]:
+        if name in parsed:
+            each[name] = sum(v for _labels, v in parsed[name])
+    return (sum(each.values()) if each else None), each
+
+
+def startup_phases(metrics_text: str, engine: str) -> dict[str, float]:
+    """SGLang's `startup_time_seconds{phase=...}` gauges (empty for other engines)."""
+    name = profile(engine)["startup_metric"]
+    if not name:
+        return {}
+    parsed = parse_prometheus(metrics_text)
+    return {labels.get("phase", "total"): value for labels, value in parsed.get(name, [])}
+
+
+def completion_answer(body: str) -> tuple[str | None, str]:
+    """(text, reason): the first choice's text of an OpenAI completion, or None and why not."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        snippet = body.strip().replace("\n", " ")[:80]
+        return None, "the completion answer is not JSON (starts %r)" % snippet
+    try:
+        return str(data["choices"][0]["text"]), ""
+    except (KeyError, IndexError, TypeError):
+        return None, "the completion answer has no choices[0].text"
+
+
+def classify(engine: str, probe: str, http: HttpResult, unit: dict[str, Any] | None = None,
+             restarts_baseline: int | None = None, journal_failure: str = "",
+             expect: str | None = None) -> dict[str, Any]:
+    """Decide phase/ready/failed from one probe's observations.
+
+    Fails only where waiting is pointless: the unit is failed or inactive, it restarted since
+    the baseline (a crash loop), its journal shows an engine failure line, or a ready server gave
+    a wrong answer. Everything else is `failed: False` with `ready` and a `phase`.
+    """
+    prof = profile(engine)
+    result: dict[str, Any] = {"ready": False, "failed": False, "phase": "down", "reason": "",
+                              "http_status": http.status, "latency_ms": round(http.latency_ms, 1)}
+    if unit:
+        name = unit.get("Id") or "the unit"
+        active = unit.get("ActiveState", "")
+        if unit.get("LoadState") == "not-found":
+            return _fail(result, "unit %s is not installed (LoadState=not-found)" % name)
+        if active == "failed":
+            return _fail(result, "unit %s has failed (SubState=%s, ExecMainStatus=%s)"
+                         % (name, unit.get("SubState"), unit.get("ExecMainStatus")))
+        if active in ("inactive", "deactivating"):
+            return _fail(result, "unit %s is %s: nothing is starting, waiting is pointless"
+                         % (name, active))
+        restarts = unit.get("NRestarts")
+        if restarts_baseline is not None and isinstance(restarts, int) and restarts > restarts_baseline:
+            return _fail(result, "unit %s restarted %d time(s) since the cycle started it: crash loop"
+                         % (name, restarts - restarts_baseline))
+    if journal_failure:
+        return _fail(result, "the server logged a fatal error: %s" % journal_failure)
+
+    if http.error_kind == "refused":
+        starting = unit is not None and unit.get("ActiveState") in ("active", "activating", "reloading")
+        result["phase"] = prof["refused_phase"] if starting else "down"
+        result["reason"] = "connection refused (%s)" % ("port not open yet" if starting else "nothing listens")
+        return result
+    if http.error_kind:
+        result["phase"] = "warming" if http.error_kind == "timeout" else "loading"
+        result["reason"] = http.error
+        return result
+
+    status = http.status
+    phase = prof["status_phase"].get(status)
+    for marker, marker_phase in prof["body_phase"].items():
+        if status != 200 and marker in http.body:
+            phase = marker_phase
+    if phase != "ready":
+        result["phase"] = phase or "loading"
+        result["reason"] = "HTTP %s%s" % (status, "" if phase else " (not a status this engine uses while starting)")
+        return result
+
+    result["phase"] = "ready"
+    if probe == "completion":
+        answer, why = completion_answer(http.body)
+        result["answer"] = answer
+        if answer is None:
+            result["phase"] = "warming"
+            result["reason"] = why
+            return result
+        if expect is not None and expect not in answer:
+            return _fail(result, "the server is up but answered %r where %r was expected" % (answer, expect))
+    result["ready"] = True
+    return result
+
+
+def _fail(result: dict[str, Any], reason: str) -> dict[str, Any]:
+    result.update(failed=True, ready=False, phase="failed", reason=reason)
+    return result
