@@ -97,6 +97,7 @@ def _routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any, ge
 
 class SglangKernel:
     name = "sglang"
+    graph_safe = True
 
     def __init__(self, torch: Any, w: Weights) -> None:
         from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe  # noqa: PLC0415
@@ -136,6 +137,19 @@ class TorchKernel:
             self.w2[e] = w.dequant(torch, e, "w2", self.dtype).t()
         self.grouped = cuda and hasattr(torch, "_grouped_mm")
         self.impl = "torch._grouped_mm" if self.grouped else "per-expert matmul loop"
+        if self.grouped:
+            try:  # some torch/GPU pairs lack the grouped kernel for this dtype: fall back, and say so
+                x = torch.zeros((s["topk"], K), dtype=self.dtype, device=w.device)
+                ids = torch.arange(s["topk"], device=w.device, dtype=torch.int32).unsqueeze(0) % E
+                self(x[:1], torch.ones((1, s["topk"]), device=w.device), ids)
+            except RuntimeError as err:
+                self.grouped = False
+                self.impl = "per-expert matmul loop (torch._grouped_mm failed: %s)" % str(err).splitlines()[0][:120]
+
+    @property
+    def graph_safe(self) -> bool:
+        """The loop syncs with the host (bincount().tolist()), so it cannot be captured."""
+        return self.grouped
 
     def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
         torch, s = self.torch, self.s
@@ -320,7 +334,7 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
         del weights.qw13, weights.qw2  # the repacked copies are what the kernel reads
     result["prepare_s"] = round(time.monotonic() - t_prep, 2)
     result["impl"] = getattr(kernel, "impl", "sglang fused_marlin_moe")
-    use_graph = cuda and cfg.get("cuda_graph", True)
+    use_graph = cuda and cfg.get("cuda_graph", True) and kernel.graph_safe
     gen = torch.Generator(device=device).manual_seed(int(cfg.get("seed", 0)) + 1)
     bytes_per_el = 2
     for m in sizes:
