@@ -47,29 +47,38 @@ def sglang_available() -> tuple[bool, str]:
 
 
 class Weights:
-    """INT4 symmetric (uint4b8) group-quantized expert weights, built on the device in chunks."""
+    """INT4 symmetric (uint4b8) group-quantized expert weights, generated on the device in chunks
+    of experts. `chunks()` yields them one chunk at a time, so a kernel can repack each chunk into
+    its own layout and the GPTQ copy of all experts never exists (peak = final weights + 1 chunk).
+    `materialize()` keeps all of them, for the references that dequantize from GPTQ."""
 
     def __init__(self, torch: Any, s: dict[str, int], device: Any, dtype: Any, seed: int, chunk: int = 8) -> None:
-        self.s, self.device, self.dtype = s, device, dtype
-        E, K, N, g = s["E"], s["K"], s["N"], s["group"]
-        gen = torch.Generator(device=device).manual_seed(seed)
-        self.gen = gen
-        self.seed = seed
-        self.qw13 = torch.empty((E, K // 8, 2 * N), dtype=torch.int32, device=device)  # GPTQ packing along K
-        self.qw2 = torch.empty((E, N // 8, K), dtype=torch.int32, device=device)
-        gk = 1 if g == -1 else K // g
-        gn = 1 if g == -1 else N // g
-        # scales ~ 1/(8*sqrt(fan_in)) keep activations O(1) through both GEMMs
-        self.s13 = torch.empty((E, gk, 2 * N), dtype=dtype, device=device)
-        self.s2 = torch.empty((E, gn, K), dtype=dtype, device=device)
-        for e0 in range(0, E, chunk):
-            e1 = min(E, e0 + chunk)
-            self.qw13[e0:e1] = torch.randint(-2 ** 31, 2 ** 31 - 1, (e1 - e0, K // 8, 2 * N), generator=gen,
-                                             dtype=torch.int32, device=device)
-            self.qw2[e0:e1] = torch.randint(-2 ** 31, 2 ** 31 - 1, (e1 - e0, N // 8, K), generator=gen,
-                                            dtype=torch.int32, device=device)
-            self.s13[e0:e1] = (torch.rand((e1 - e0, gk, 2 * N), generator=gen, device=device) * 0.5 + 0.75) / (8 * K ** 0.5)
-            self.s2[e0:e1] = (torch.rand((e1 - e0, gn, K), generator=gen, device=device) * 0.5 + 0.75) / (8 * N ** 0.5)
+        self.torch, self.s, self.device, self.dtype, self.seed, self.chunk = torch, s, device, dtype, seed, chunk
+        g = s["group"]
+        self.gk = 1 if g == -1 else s["K"] // g
+        self.gn = 1 if g == -1 else s["N"] // g
+
+    def chunks(self) -> Any:
+        """(e0, e1, qw13 (c, K/8, 2N) int32, qw2 (c, N/8, K) int32, s13 (c, gk, 2N), s2 (c, gn, K))."""
+        torch, s = self.torch, self.s
+        E, K, N = s["E"], s["K"], s["N"]
+        gen = torch.Generator(device=self.device).manual_seed(self.seed)
+        for e0 in range(0, E, self.chunk):
+            c = min(E, e0 + self.chunk) - e0
+            # random int32 words: every nibble uniform in 0..15 (GPTQ packs 8 along K)
+            qw13 = torch.randint(-2 ** 31, 2 ** 31 - 1, (c, K // 8, 2 * N), generator=gen, dtype=torch.int32, device=self.device)
+            qw2 = torch.randint(-2 ** 31, 2 ** 31 - 1, (c, N // 8, K), generator=gen, dtype=torch.int32, device=self.device)
+            # scales ~ 1/(8*sqrt(fan_in)) keep activations O(1) through both GEMMs
+            s13 = ((torch.rand((c, self.gk, 2 * N), generator=gen, device=self.device) * 0.5 + 0.75) / (8 * K ** 0.5)).to(self.dtype)
+            s2 = ((torch.rand((c, self.gn, K), generator=gen, device=self.device) * 0.5 + 0.75) / (8 * N ** 0.5)).to(self.dtype)
+            yield e0, e0 + c, qw13, qw2, s13, s2
+
+    def materialize(self) -> Weights:
+        parts = list(self.chunks())
+        cat = self.torch.cat
+        self.qw13, self.qw2 = cat([p[2] for p in parts]), cat([p[3] for p in parts])
+        self.s13, self.s2 = cat([p[4] for p in parts]), cat([p[5] for p in parts])
+        return self
 
     @staticmethod
     def unpack(torch: Any, q: Any) -> Any:
@@ -78,15 +87,15 @@ class Weights:
         nib = (q.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF
         return (nib.reshape(q.shape[0] * 8, q.shape[1]) - 8).to(torch.int8)
 
-    def dequant(self, torch: Any, e: int, which: str, dtype: Any) -> Any:
-        """Dequantized (k, n) matrix of expert e: w13 is (K, 2N), w2 is (N, K)."""
-        q, sc = (self.qw13[e], self.s13[e]) if which == "w13" else (self.qw2[e], self.s2[e])
-        w = self.unpack(torch, q).to(torch.float32)
+    @classmethod
+    def dequant(cls, torch: Any, q: Any, sc: Any, dtype: Any) -> Any:
+        """Dequantized (k, n) matrix from GPTQ words q (k/8, n) and group scales sc (groups, n)."""
+        w = cls.unpack(torch, q).to(torch.float32)
         rows_per_group = w.shape[0] // sc.shape[0]
         return (w * sc.to(torch.float32).repeat_interleave(rows_per_group, dim=0)).to(dtype)
 
 
-def _routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any, gen: Any) -> list[tuple[Any, Any]]:
+def make_routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any, gen: Any) -> list[tuple[Any, Any]]:
     out = []
     for _ in range(count):
         scores = torch.rand((m, s["E"]), generator=gen, device=device)
@@ -98,6 +107,7 @@ def _routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any, ge
 class SglangKernel:
     name = "sglang"
     graph_safe = True
+    impl = "sglang fused_marlin_moe"
 
     def __init__(self, torch: Any, w: Weights) -> None:
         from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe  # noqa: PLC0415
@@ -105,13 +115,18 @@ class SglangKernel:
         from sglang.srt.layers.quantization.marlin_utils import marlin_moe_permute_scales  # noqa: PLC0415
 
         s = w.s
-        E, K, N, g = s["E"], s["K"], s["N"], s["group"]
+        E, K, N, g, bits = s["E"], s["K"], s["N"], s["group"], s["bits"]
         self.fn, self.s = fused_marlin_moe, s
-        perm = torch.empty((E, 0), dtype=torch.int32, device=w.device)
-        self.w13 = gptq_marlin_moe_repack(w.qw13, perm, K, 2 * N, s["bits"])
-        self.w2 = gptq_marlin_moe_repack(w.qw2, perm, N, K, s["bits"])
-        self.s13 = marlin_moe_permute_scales(w.s13, K, 2 * N, g)
-        self.s2 = marlin_moe_permute_scales(w.s2, N, K, g)
+        self.w13 = torch.empty((E, K // 16, 2 * N * (bits // 2)), dtype=torch.int32, device=w.device)
+        self.w2 = torch.empty((E, N // 16, K * (bits // 2)), dtype=torch.int32, device=w.device)
+        self.s13 = torch.empty((E, w.gk, 2 * N), dtype=w.dtype, device=w.device)
+        self.s2 = torch.empty((E, w.gn, K), dtype=w.dtype, device=w.device)
+        for e0, e1, qw13, qw2, s13, s2 in w.chunks():
+            perm = torch.empty((e1 - e0, 0), dtype=torch.int32, device=w.device)
+            self.w13[e0:e1] = gptq_marlin_moe_repack(qw13, perm, K, 2 * N, bits)
+            self.w2[e0:e1] = gptq_marlin_moe_repack(qw2, perm, N, K, bits)
+            self.s13[e0:e1] = marlin_moe_permute_scales(s13, K, 2 * N, g)
+            self.s2[e0:e1] = marlin_moe_permute_scales(s2, N, K, g)
 
     def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
         gating = x.new_empty((x.shape[0], self.s["E"]))
@@ -132,9 +147,10 @@ class TorchKernel:
         # _grouped_mm wants the B operand column-major per expert: store (E, n, k), view as (E, k, n)
         self.w13 = torch.empty((E, 2 * N, K), dtype=self.dtype, device=w.device)
         self.w2 = torch.empty((E, K, N), dtype=self.dtype, device=w.device)
-        for e in range(E):
-            self.w13[e] = w.dequant(torch, e, "w13", self.dtype).t()
-            self.w2[e] = w.dequant(torch, e, "w2", self.dtype).t()
+        for e0, _e1, qw13, qw2, s13, s2 in w.chunks():
+            for i in range(qw13.shape[0]):
+                self.w13[e0 + i] = Weights.dequant(torch, qw13[i], s13[i], self.dtype).t()
+                self.w2[e0 + i] = Weights.dequant(torch, qw2[i], s2[i], self.dtype).t()
         self.grouped = cuda and hasattr(torch, "_grouped_mm")
         self.impl = "torch._grouped_mm" if self.grouped else "per-expert matmul loop"
         if self.grouped:
@@ -191,14 +207,14 @@ def reference_check(torch: Any, s: dict[str, int], device: Any, dtype: Any, seed
     ref.grouped = False  # fp32 loop: the reference, not a kernel under test
     gen = torch.Generator(device=device).manual_seed(seed + 11)
     x = torch.randn((m, small["K"]), generator=gen, device=device).to(dtype)
-    tw, ids = _routings(torch, small, m, 1, device, gen)[0]
+    tw, ids = make_routings(torch, small, m, 1, device, gen)[0]
     got = kernel(x, tw, ids).to(torch.float32)
     want = ref(x.to(torch.float32), tw, ids)
     rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
     return {"experts": small["E"], "m": m, "relative_error": rel}
 
 
-def copy_bandwidth(torch: Any, device: Any, nbytes: int = 2 * GIB, iters: int = 10) -> float:
+def copy_bandwidth(torch: Any, device: Any, nbytes: int = GIB, iters: int = 20) -> float:
     """Device-to-device copy, bytes read + written per second (the convention of the floor)."""
     if device.type != "cuda":
         return 0.0
@@ -246,10 +262,20 @@ def time_point(torch: Any, kernel: Callable[..., Any], x: Any, routings: list[tu
 
     step: Callable[[], None] = body
     if use_graph:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        step = graph.replay
+        # one graph per routing, all in one memory pool: the pool holds one call's buffers, not n
+        pool = torch.cuda.graph_pool_handle()
+        graphs = []
+        for tw, ids in routings:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                kernel(x, tw, ids)
+            graphs.append(graph)
+
+        def replay() -> None:
+            for graph in graphs:
+                graph.replay()
+
+        step = replay
         for _ in range(max(warmup // n, 2)):
             step()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
@@ -330,16 +356,14 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
     t_prep = time.monotonic()
     weights = Weights(torch, s, device, dtype, int(cfg.get("seed", 0)))
     kernel = SglangKernel(torch, weights) if backend == "sglang" else TorchKernel(torch, weights, dtype)
-    if backend == "sglang":
-        del weights.qw13, weights.qw2  # the repacked copies are what the kernel reads
     result["prepare_s"] = round(time.monotonic() - t_prep, 2)
-    result["impl"] = getattr(kernel, "impl", "sglang fused_marlin_moe")
+    result["impl"] = kernel.impl
     use_graph = cuda and cfg.get("cuda_graph", True) and kernel.graph_safe
     gen = torch.Generator(device=device).manual_seed(int(cfg.get("seed", 0)) + 1)
     bytes_per_el = 2
     for m in sizes:
         x = torch.randn((m, s["K"]), generator=gen, device=device).to(dtype if cuda else torch.float32)
-        routings = _routings(torch, s, m, routings_n, device, gen)
+        routings = make_routings(torch, s, m, routings_n, device, gen)
         touched = sum(len(torch.unique(ids)) for _w, ids in routings) / routings_n
         samples = time_point(torch, kernel, x, routings, device, int(cfg.get("warmup", 5)),
                              int(cfg.get("iters", 20)), use_graph)

@@ -93,22 +93,35 @@ def point_cost(s: dict[str, int], m: int, experts_touched: float, dtype_bytes: i
     return {"bytes": weight_bytes(s, experts_touched, dtype_bytes) + act, "flops": flops}
 
 
+def call_bytes(s: dict[str, int], m: int, dtype_bytes: int = 2) -> float:
+    """Device memory of one fused MoE call at m tokens: input, gating scores, the two GEMMs'
+    intermediates (SGLang's intermediate_cache13 and cache2), output, routing and sort buffers."""
+    E, K, N, topk = s["E"], s["K"], s["N"], s["topk"]
+    acts = (m * K * 2 + m * E + m * topk * (max(2 * N, K) + N)) * dtype_bytes
+    sort = (m * topk + E * 64) * 4 * 3 + m * topk * 8
+    return acts + sort + 4 * 1024 * 1024  # + workspace and allocator rounding
+
+
 def estimate_peak_bytes(s: dict[str, int], batch_sizes: Iterable[int], backend: str,
                         routings: int = 8, dtype_bytes: int = 2, chunk_experts: int = 8) -> int:
-    """Peak device memory of the sweep: resident weights + the largest point's working set."""
+    """Peak device memory of the sweep: resident weights + one chunk being built + the largest
+    point's working set (one call's buffers, shared by the per-routing graphs) + the routings.
+    The copy-bandwidth probe (1 GiB, 17x the H200's L2) runs before the weights exist."""
     m = max(batch_sizes)
+    chunk = min(chunk_experts, s["E"])
+    packed = weight_bytes(s, dtype_bytes=dtype_bytes)
     if backend == "torch":
+        # dense weights, plus one GPTQ chunk and one expert's fp32 dequantization in flight
         weights = dense_weight_bytes(s, dtype_bytes=dtype_bytes)
-        build = dense_weight_bytes(s, min(chunk_experts, s["E"]), dtype_bytes=4)
+        build = weight_bytes(s, chunk, dtype_bytes) + 3 * s["K"] * 2 * s["N"] * 4
+        acts = 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes + call_bytes(s, m, dtype_bytes)
     else:
-        weights = weight_bytes(s, dtype_bytes=dtype_bytes)
-        build = 2 * weight_bytes(s, min(chunk_experts, s["E"]), dtype_bytes=dtype_bytes)
-    per_call = (m * s["K"] * 2 + m * s["topk"] * (max(2 * s["N"], s["K"]) + s["N"]) + m * s["K"]) * dtype_bytes
-    per_call += m * s["topk"] * 4 * 4 + 4 * 1024 * 1024  # routing, sort buffers, workspace
-    routing = routings * m * s["topk"] * 8
-    # a CUDA graph keeps one call's buffers per captured call
-    working = max(build, routings * per_call + routing)
-    return int(weights + working + 256 * 1024 * 1024)  # + CUDA context/allocator slack
+        weights = packed
+        build = 2 * weight_bytes(s, chunk, dtype_bytes)  # a GPTQ chunk and its repacked copy
+        acts = call_bytes(s, m, dtype_bytes)
+    routing = routings * m * s["topk"] * 8 + m * s["E"] * 4
+    context = 64 * 1024 * 1024
+    return int(max(GIB, weights + max(build, acts + routing)) + context)
 
 
 def knee(points: list[dict[str, Any]], num_experts: int | None = None, key: str = "ms",
