@@ -183,11 +183,12 @@ def sweep_compare(current: list[dict[str, Any]], previous: list[dict[str, Any]],
             for p in sorted(current, key=lambda q: q["m"]) if p["m"] in prev and prev[p["m"]]]
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def _fmt(value: Any) -> str:
+    """Table cell: 1 decimal from 100 up, 3 from 1 up, 4 below 1; '-' for None."""
     if value is None:
         return "-"
     if isinstance(value, float):
-        return ("%%.%df" % digits) % value
+        return "%.1f" % value if abs(value) >= 100 else "%.3f" % value if abs(value) >= 1 else "%.4f" % value
     return str(value)
 
 
@@ -203,7 +204,7 @@ def sweep_table(result: dict[str, Any]) -> str:
                p["tflops"], p.get("floor_ms"), p.get("efficiency")]
         if with_ref:
             row +=  [p.get("torch_ms"), p.get("speedup")]
-        lines.append("| " + " | ".join(_fmt(v, 4 if isinstance(v, float) and v < 1 else 3) for v in row) + " |")
+        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
     return "\n".join(lines)
 
 
