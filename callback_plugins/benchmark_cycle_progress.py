@@ -17,7 +17,7 @@ from typing import Any
 from ansible.plugins.callback import CallbackBase
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "filter_plugins"))
-from bc_filters import reload_line  # noqa: E402
+from bc_filters import reload_line
 
 DOCUMENTATION = r"""
 name: benchmark_cycle_progress
@@ -38,10 +38,10 @@ class CallbackModule(CallbackBase):
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_runner_retry(self, result: Any) -> None:
-        res = result._result  # noqa: SLF001 - the retry's module result is only exposed here
+        res = result._result
         if "phase" not in res and "in_flight" not in res:
             return
-        host = result._host.get_name()  # noqa: SLF001
+        host = result._host.get_name()
         left = res.get("retries", 0) - res.get("attempts", 0)
         if "in_flight" in res and res.get("in_flight") is not None:
             self._display.display("%s drain  %s request(s) in flight  (%d retries left)" % (host, res["in_flight"], left))

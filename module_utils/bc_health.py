@@ -136,6 +136,9 @@ def classify(engine: str, probe: str, http: HttpResult, unit: dict[str, Any] | N
         if active == "failed":
             return _fail(result, "unit %s has failed (SubState=%s, ExecMainStatus=%s)"
                          % (name, unit.get("SubState"), unit.get("ExecMainStatus")))
+        if unit.get("SubState") == "auto-restart":
+            return _fail(result, "unit %s: the server process exited (ExecMainStatus=%s) and systemd is about to restart it"
+                         % (name, unit.get("ExecMainStatus")))
         if active in ("inactive", "deactivating"):
             return _fail(result, "unit %s is %s: nothing is starting, waiting is pointless"
                          % (name, active))

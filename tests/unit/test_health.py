@@ -1,0 +1,115 @@
+"""The probe's decision, driven with the answers each engine gives while it starts (from the
+engines' sources: SGLang http_server.py, llama.cpp server-http.cpp, vLLM api_server.py)."""
+
+import json
+
+import pytest
+from ansible.module_utils.bc_health import (
+    HttpResult,
+    classify,
+    completion_answer,
+    in_flight,
+    journal_stage,
+    parse_prometheus,
+    parse_unit_show,
+    startup_phases,
+)
+
+ACTIVE = {"Id": "sglang-k26-ddtree.service", "ActiveState": "active", "SubState": "running", "NRestarts": 0,
+          "ExecMainStatus": 0, "LoadState": "loaded"}
+REFUSED = HttpResult(error="connection refused", error_kind="refused")
+LLAMA_LOADING = json.dumps({"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
+
+
+@pytest.mark.parametrize(("engine", "http", "phase", "ready"), [
+    ("sglang", REFUSED, "loading", False),  # weights / CUDA graphs: port closed
+    ("sglang", HttpResult(503, ""), "warming", False),  # warmup request not done yet
+    ("sglang", HttpResult(200, ""), "ready", True),
+    ("llamacpp", HttpResult(503, LLAMA_LOADING), "loading", False),
+    ("llamacpp", HttpResult(200, '{"status":"ok"}'), "ready", True),
+    ("vllm", REFUSED, "loading", False),
+    ("vllm", HttpResult(200, ""), "ready", True),
+    ("sglang", HttpResult(error="timed out", error_kind="timeout"), "warming", False),
+    ("sglang", HttpResult(500, "<html>oops</html>"), "loading", False),
+])
+def test_each_engine_start_up_phase(engine, http, phase, ready):
+    r = classify(engine, "status", http, ACTIVE, 0)
+    assert (r["phase"], r["ready"], r["failed"]) == (phase, ready, False)
+
+
+def test_refused_without_a_unit_is_down():
+    assert classify("sglang", "status", REFUSED)["phase"] == "down"
+
+
+@pytest.mark.parametrize(("unit", "reason"), [
+    (dict(ACTIVE, ActiveState="failed", SubState="failed", ExecMainStatus=1), "has failed"),
+    (dict(ACTIVE, ActiveState="inactive", SubState="dead"), "is inactive"),
+    (dict(ACTIVE, ActiveState="activating", SubState="auto-restart", ExecMainStatus=9), "process exited"),
+    (dict(ACTIVE, NRestarts=2), "restarted 2 time"),
+    (dict(ACTIVE, LoadState="not-found"), "not installed"),
+])
+def test_pointless_waits_fail_at_once(unit, reason):
+    r = classify("sglang", "status", REFUSED, unit, 0)
+    assert r["failed"] and r["phase"] == "failed" and reason in r["reason"]
+
+
+def test_journal_failure_line_fails_the_probe():
+    r = classify("sglang", "status", HttpResult(503, ""), ACTIVE, 0, journal_failure="scheduler died during initialization")
+    assert r["failed"] and "scheduler died" in r["reason"]
+
+
+def test_completion_right_wrong_and_malformed_answers():
+    body = json.dumps({"choices": [{"text": " 4", "index": 0}]})
+    assert classify("llamacpp", "completion", HttpResult(200, body), expect="4")["ready"]
+    wrong = classify("llamacpp", "completion", HttpResult(200, json.dumps({"choices": [{"text": "5"}]})), expect="4")
+    assert wrong["failed"] and "answered '5' where '4' was expected" in wrong["reason"]
+    html = classify("llamacpp", "completion", HttpResult(200, "<html>proxy error</html>"), expect="4")
+    assert not html["ready"] and not html["failed"] and "not JSON" in html["reason"]
+    assert completion_answer('{"choices": []}') == (None, "the completion answer has no choices[0].text")
+
+
+SGLANG_JOURNAL = """[2026-11-29 10:00:01 TP0] Load weight begin. avail mem=139.10 GB
+[2026-11-29 10:03:40 TP0] Load weight end. elapsed=219.32 s, type=DeepseekV3ForCausalLM, avail mem=71.2 GB
+[2026-11-29 10:03:42 TP0] KV Cache is allocated. #tokens: 812345, K size: 20 GB
+[2026-11-29 10:03:50 TP0] Capture decode cuda graph begin. This can take up to several minutes. avail mem=30 GB
+""".splitlines()
+
+
+def test_journal_stage_is_the_last_progress_line():
+    stage, line, failure = journal_stage(SGLANG_JOURNAL, "sglang")
+    assert stage == "Capture decode CUDA graph" and "TP0" in line and failure == ""
+    stage, _line, _f = journal_stage(SGLANG_JOURNAL[:2], "sglang")
+    assert stage == "Load weight end (219.32 s)"
+    _s, _l, failure = journal_stage([*SGLANG_JOURNAL, "[TP0] Scheduler watchdog timeout (self.watchdog_timeout=300)"], "sglang")
+    assert "watchdog" in failure
+
+
+def test_llamacpp_journal_stage():
+    lines = ["srv    load_model: loading model '/opt/lab-model/lab-tiny.gguf'", "main: model loaded"]
+    assert journal_stage(lines, "llamacpp")[0] == "Model loaded"
+
+
+METRICS = """# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="kimi",tp_rank="0"} 3.0
+sglang:num_queue_reqs{engine_type="unified",model_name="kimi",tp_rank="0"} 2.0
+sglang:startup_time_seconds{phase="load_weights"} 219.3
+sglang:startup_time_seconds{phase="cuda_graph"} 95.5
+garbage line {
+"""
+
+
+def test_prometheus_in_flight_and_startup_phases():
+    assert parse_prometheus(METRICS)["sglang:num_running_reqs"][0][0]["tp_rank"] == "0"
+    total, each = in_flight(METRICS, "sglang")
+    assert total == 5.0 and each == {"sglang:num_running_reqs": 3.0, "sglang:num_queue_reqs": 2.0}
+    assert in_flight("llamacpp:requests_processing 0\n", "sglang") == (None, {})
+    assert startup_phases(METRICS, "sglang") == {"load_weights": 219.3, "cuda_graph": 95.5}
+    assert startup_phases(METRICS, "llamacpp") == {}
+
+
+def test_unit_show_parsing_and_unknown_engine():
+    state = parse_unit_show("ActiveState=active\nNRestarts=3\nInvocationID=abc\nnoise")
+    assert state == {"ActiveState": "active", "NRestarts": 3, "InvocationID": "abc"}
+    with pytest.raises(ValueError, match="engine 'tgi' is not known; use one of: llamacpp, sglang, vllm"):
+        classify("tgi", "status", REFUSED)

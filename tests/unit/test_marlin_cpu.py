@@ -1,0 +1,55 @@
+"""The sweep's CPU path (torch backend): the same code the lab runs, on small shapes."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from ansible.module_utils import bc_marlin
+from ansible.module_utils.bc_sweepstats import shard
+
+SMALL = {"num_experts": 8, "hidden_size": 64, "intermediate_size": 64, "top_k": 2, "group_size": 32, "num_bits": 4}
+
+
+def test_unpack_recovers_gptq_nibbles():
+    vals = torch.arange(16, dtype=torch.int32).reshape(16, 1) % 16  # k=16 values in one column
+    words = torch.zeros((2, 1), dtype=torch.int32)
+    for k in range(16):
+        words[k // 8, 0] |= (int(vals[k, 0]) << (4 * (k % 8)))
+    assert torch.equal(bc_marlin.Weights.unpack(torch, words)[:, 0], (vals[:, 0] - 8).to(torch.int8))
+
+
+def test_torch_kernel_matches_a_per_token_reference():
+    s = shard(dict(SMALL, tp_size=1))
+    w = bc_marlin.Weights(torch, s, torch.device("cpu"), torch.bfloat16, seed=1).materialize()
+    kernel = bc_marlin.TorchKernel(torch, w, torch.float32)
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn((5, s["K"]), generator=gen)
+    tw, ids = bc_marlin.make_routings(torch, s, 5, 1, torch.device("cpu"), gen)[0]
+    got = kernel(x, tw, ids)
+    want = torch.zeros_like(x)
+    for t in range(5):
+        for j in range(s["topk"]):
+            e = int(ids[t, j])
+            w13 = bc_marlin.Weights.dequant(torch, w.qw13[e], w.s13[e], torch.float32)
+            w2 = bc_marlin.Weights.dequant(torch, w.qw2[e], w.s2[e], torch.float32)
+            h = x[t] @ w13
+            h = torch.nn.functional.silu(h[: s["N"]]) * h[s["N"]:]
+            want[t] += tw[t, j] * (h @ w2)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+def test_cpu_sweep_reports_every_point_and_says_it_ran_on_cpu(tmp_path):
+    saved = []
+    res = bc_marlin.run_sweep({"shape": dict(SMALL, tp_size=1), "batch_sizes": [4, 1, 16], "backend": "torch",
+                               "iters": 3, "warmup": 1, "device_type": "cpu"}, saved.append)
+    assert res["status"] == "complete" and res["ran_on"] == "cpu" and "CPU" in res["note"]
+    assert [p["m"] for p in res["points"]] == [1, 4, 16]
+    assert all(p["ms_min"] <= p["ms"] <= p["ms_max"] for p in res["points"])
+    assert res["points"][0]["experts_touched"] == 2 and res["points"][-1]["experts_touched"] <= 8
+    assert res["knee_m"] in (1, 4, 16)
+    assert len(saved) >= 4  # written after the plan and after every point: nothing is lost on a crash
+
+
+def test_sglang_backend_without_gpu_fails_clearly():
+    with pytest.raises(RuntimeError, match="backend sglang needs a CUDA GPU"):
+        bc_marlin.run_sweep({"shape": dict(SMALL, hidden_size=128, tp_size=1), "batch_sizes": [1], "backend": "sglang",
+                             "device_type": "cpu"})
