@@ -319,7 +319,7 @@ def main() -> None:
                                  % (p["engine"], ", ".join(prof["inflight_metrics"]), prof["metrics_path"]), **result)
         else:
             result.update(in_flight=None, in_flight_by_metric={})
-    elif result["ready"] and prof["startup_metric"]:
+    elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:
             result["startup_phases"] = startup_phases(metrics.body, p["engine"])

@@ -33,13 +33,15 @@ ENGINES: dict[str, dict[str, Any]] = {
         # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that
         "min_timeout_s": 25,
         "inflight_metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
-        "startup_metric": "sglang:startup_time_seconds",
+        # 0.5.10 exposes sglang:engine_startup_time; later releases per-phase startup_time_seconds
+        "startup_metrics": ["sglang:startup_time_seconds", "sglang:engine_startup_time"],
         "progress": [
             [r"Load weight begin", "Load weight begin"],
             [r"Load weight end\. elapsed=\s*([\d.]+)", "Load weight end ({0} s)"],
             [r"KV Cache is allocated", "KV Cache is allocated"],
             [r"Capture (\w+ )?cuda graph begin", "Capture {0}CUDA graph"],
-            [r"Capture (\w+ )?cuda graph end", "Captured {0}CUDA graph"],
+            [r"Capture cuda graph bs (\[[^\]]*\])", "Capture CUDA graph bs {0}"],
+            [r"Capture (\w+ )?cuda graph end\. Time elapsed: ([\d.]+)", "Captured {0}CUDA graph ({1} s)"],
             [r"max_total_num_tokens=(\d+)", "Scheduler ready (max_total_num_tokens={0})"],
             [r"The server is fired up and ready to roll!", "Warmup done: ready to roll"],
         ],
@@ -61,7 +63,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {"Loading model": "loading"},
         "min_timeout_s": 1,
         "inflight_metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"],
-        "startup_metric": "",
+        "startup_metrics": [],
         "progress": [
             [r"loading model '([^']+)'", "Loading model"],
             [r"llama_model_loader: loaded meta data", "Load weight begin"],
@@ -87,7 +89,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {},
         "min_timeout_s": 5,
         "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
-        "startup_metric": "",
+        "startup_metrics": [],
         "progress": [
             [r"Starting to load model", "Load weight begin"],
             [r"Loading weights took ([\d.]+) seconds", "Load weight end ({0} s)"],

@@ -95,12 +95,12 @@ def in_flight(metrics_text: str, engine: str) -> tuple[float | None, dict[str, f
 
 
 def startup_phases(metrics_text: str, engine: str) -> dict[str, float]:
-    """SGLang's `startup_time_seconds{phase=...}` gauges (empty for other engines)."""
-    name = profile(engine)["startup_metric"]
-    if not name:
-        return {}
+    """SGLang's start-up time gauges by phase ("total" where the gauge has no phase label)."""
     parsed = parse_prometheus(metrics_text)
-    return {labels.get("phase", "total"): value for labels, value in parsed.get(name, [])}
+    out: dict[str, float] = {}
+    for name in profile(engine)["startup_metrics"]:
+        out.update({labels.get("phase", "total"): value for labels, value in parsed.get(name, [])})
+    return out
 
 
 def completion_answer(body: str) -> tuple[str | None, str]:
