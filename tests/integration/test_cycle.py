@@ -107,6 +107,11 @@ def test_typo_in_inventory_variable_is_refused_naming_the_fix(llama):
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_readines_timeout_s": 5})
     assert run.rc != 0
     assert "bc_readines_timeout_s -> did you mean bc_readiness_timeout_s?" in run.out
+    pid_before = sh("systemctl show -p ExecMainPID --value llama-lab").strip()
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_settings": {"model_path": "/opt/lab-model/lab-tiny.gguf",
+                                                                            "mem_fration_static": 0.8}})
+    assert run.rc != 0 and "service_unit_settings.mem_fration_static. Supported parameters include" in run.out
+    assert sh("systemctl show -p ExecMainPID --value llama-lab").strip() == pid_before  # never stopped
 
 
 def test_real_site_inventory_parses_and_the_playbook_passes_syntax_check():
