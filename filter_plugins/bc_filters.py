@@ -97,6 +97,24 @@ def reload_line(result: dict[str, Any], host: str, retries_left: int | None = No
     return '%s reload %s  %-8s "%s"%s' % (host, clock, result.get("phase", "?"), stage, left)
 
 
+def int_list(value: Any, name: str = "value") -> list[int]:
+    """A list of positive ints from a list, an int or a comma-separated string (AWX survey answers
+    arrive as strings); anything else is an error naming `name`."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        try:
+            number = int(str(item).strip())
+        except ValueError:
+            raise ValueError("%s: %r is not a whole number (give e.g. 1,2,4 or [1, 2, 4])" % (name, item)) from None
+        if number < 1:
+            raise ValueError("%s: %d is not positive" % (name, number))
+        out.append(number)
+    if not out:
+        raise ValueError("%s is empty" % name)
+    return out
+
+
 def closest(known: list[str], name: str) -> str:
     """The known name closest to `name` (for "did you mean" messages), or "-" when none is close."""
     match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -109,5 +127,6 @@ class FilterModule:
             "bc_sweep_knee": sweep_knee, "bc_per_token": per_token, "bc_roofline": roofline,
             "bc_sweep_compare": sweep_compare, "bc_sweep_table": sweep_table,
             "bc_merge_reference": merge_reference, "bc_flag_for_version": flag_for_version,
-            "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_reload_line": reload_line,
+            "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
+            "bc_reload_line": reload_line,
         }

@@ -1,7 +1,7 @@
 """Filter plugins: pure functions, driven with literal inputs."""
 
 import pytest
-from bc_filters import FilterModule, cli_args, closest, flag_for_version, reload_line, systemd_quote
+from bc_filters import FilterModule, cli_args, closest, flag_for_version, int_list, reload_line, systemd_quote
 
 F = FilterModule().filters()
 
@@ -90,3 +90,13 @@ def test_reload_line_renders_elapsed_phase_stage_and_retries():
     line = reload_line({"since_start_s": 275.4, "phase": "warming", "stage": "Capture decode CUDA graph"}, "ct200", 92)
     assert line == 'ct200 reload 04:35  warming  "Capture decode CUDA graph"  (92 retries left)'
     assert reload_line({"phase": "down", "reason": "connection refused"}, "h").startswith("h reload --:--  down")
+
+
+def test_int_list_accepts_survey_strings_and_names_bad_values():
+    assert int_list("1, 2,4") == [1, 2, 4]
+    assert int_list([1, "8"]) == [1, 8]
+    assert int_list(8) == [8]
+    with pytest.raises(ValueError, match="bc_sweep_tp_sizes: 'x' is not a whole number"):
+        int_list("1,x", "bc_sweep_tp_sizes")
+    with pytest.raises(ValueError, match="0 is not positive"):
+        int_list("0")

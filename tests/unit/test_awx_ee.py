@@ -1,0 +1,61 @@
+"""AWX as code and the execution environment. No AWX server can run here: every awx.awx task is
+run for real against a closed loopback port, so AnsibleModule validates its arguments and the only
+acceptable failure is the connection; `ansible-builder create` must produce a build context."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+PLAY = yaml.safe_load((ROOT / "awx/configure.yml").read_text())[0]
+AWX_TASKS = [t for t in PLAY["tasks"] if any(k.startswith("awx.awx.") for k in t)]
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), CONTROLLER_HOST="https://127.0.0.1:9",
+           CONTROLLER_OAUTH_TOKEN="dummy-token", CONTROLLER_VERIFY_SSL="false", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline", ANSIBLE_CALLBACKS_ENABLED="benchmark_cycle_progress")
+
+
+def test_awx_playbook_syntax():
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "awx/configure.yml"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_survey_covers_what_operators_choose():
+    survey = json.loads((ROOT / "awx/survey.json").read_text())
+    variables = {q["variable"] for q in survey["spec"]}
+    assert variables == {"bc_target", "bc_sweep_batch_sizes", "bc_sweep_tp_sizes", "bc_sweep_backend",
+                         "bc_readiness_timeout_s", "bc_stop_policy"}
+    cycle_vars = (ROOT / "playbooks/vars/cycle.yml").read_text()
+    assert all(v in cycle_vars for v in variables)  # every answer is a known bc_* variable
+    budget = next(q for q in survey["spec"] if q["variable"] == "bc_readiness_timeout_s")
+    assert PLAY["vars"]["awx_job_timeout_s"] > budget["max"] - 1  # the job outlives the longest wait
+
+
+@pytest.mark.parametrize("task", AWX_TASKS, ids=[t["name"] for t in AWX_TASKS])
+def test_awx_task_arguments_are_valid(task):
+    module = next(k for k in task if k.startswith("awx.awx."))
+    args = dict(task[module])
+    args.pop("survey_spec", None)  # a lookup relative to the playbook; its JSON is checked above
+    extra = json.dumps(PLAY["vars"])
+    proc = subprocess.run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-e", extra,
+                           "-e", f"ansible_python_interpreter={sys.executable}", "-m", module, "-a", json.dumps(args)],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    out = proc.stdout + proc.stderr
+    assert "Unsupported parameters" not in out and "missing required" not in out and "must be one of" not in out, out
+    assert "trying to connect to https://127.0.0.1:9" in out, out  # it got as far as the (absent) controller
+
+
+def test_ansible_builder_creates_the_build_context(tmp_path):
+    proc = subprocess.run([str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml", "--context", str(tmp_path / "ctx")],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    containerfile = (tmp_path / "ctx" / "Containerfile").read_text()
+    assert "ansible-core==2.19.14" in containerfile or "ansible-core==2.19.14" in "".join(
+        p.read_text() for p in (tmp_path / "ctx").rglob("*.txt"))
+    assert (tmp_path / "ctx" / "_build" / "requirements.yml").exists()
