@@ -160,6 +160,10 @@ in_flight_by_metric:
   description: Each in-flight gauge's value.
   returned: when O(probe=load)
   type: dict
+probe_ms:
+  description: Time the module spent on this probe (HTTP call, systemctl, journal), without interpreter start-up.
+  returned: always
+  type: float
 startup_phases:
   description: SGLang's own start-up phase times from C(sglang:startup_time_seconds), when metrics are on.
   returned: when ready and the engine exposes them
@@ -217,8 +221,10 @@ def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: 
                           latency_ms=(time.monotonic() - start) * 1000)
 
 
-def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(unit_state, journal facts) of the unit, read with argument lists (no shell)."""
+def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int,
+               read_journal: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(unit_state, journal facts) of the unit, read with argument lists (no shell). The journal
+    is read only while the server is not ready: a ready probe needs no stage and costs less."""
     rc, out, err = module.run_command(
         ["systemctl", "show", unit, "--property=Id," + ",".join(UNIT_PROPERTIES)])
     if rc != 0:
@@ -229,7 +235,7 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int) -> tup
     if isinstance(start_us, int) and start_us > 0 and state.get("ActiveState") != "inactive":
         facts["since_start_s"] = round(time.clock_gettime(time.CLOCK_MONOTONIC) - start_us / 1e6, 1)
     invocation = state.get("InvocationID")
-    if invocation:
+    if invocation and read_journal:
         cmd = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "_SYSTEMD_INVOCATION_ID=%s" % invocation]
         rc, out, _err = module.run_command(cmd)
         if rc == 0:
@@ -284,10 +290,7 @@ def main() -> None:
     base = p["url"].rstrip("/")
     timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
 
-    unit_state, jfacts = (None, {"journal_failure": ""})
-    if p["unit"]:
-        unit_state, jfacts = unit_facts(module, p["unit"], p["engine"], p["journal_lines"])
-
+    started = time.monotonic()
     expect = None
     if p["probe"] == "completion":
         prompt = DEFAULT_PROMPT if p["prompt"] is None else p["prompt"]
@@ -302,10 +305,16 @@ def main() -> None:
         path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
         answer = http(module, "GET", base + path, timeout)
 
+    unit_state, jfacts = (None, {"journal_failure": ""})
+    if p["unit"]:
+        unit_state, jfacts = unit_facts(module, p["unit"], p["engine"], p["journal_lines"],
+                                        read_journal=answer.status != 200 or p["probe"] == "load")
+
     result = classify(p["engine"], "completion" if p["probe"] == "completion" else "status", answer,
                       unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
     result["changed"] = False
     result["url"] = base
+    result["probe_ms"] = round((time.monotonic() - started) * 1000, 1)
     if unit_state is not None:
         result["unit_state"] = unit_state
         result.update(jfacts)

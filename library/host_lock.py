@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: an exclusive per-host lock (a directory made with one atomic mkdir)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_lock
+short_description: Take or release an exclusive lock on a host, with its owner recorded
+description:
+  - O(state=present) creates the lock directory with one atomic C(mkdir) and writes C(owner.json)
+    (token, controller, user, PID, start time) into it, in a single round trip.
+  - A lock held by someone else fails the task with who holds it and since when. A lock older than
+    O(stale_after) is broken only when O(break_stale=true); a younger one never is.
+  - O(state=absent) removes the lock only when its token is O(token) (another cycle's lock is left alone).
+version_added: "1.0.0"
+options:
+  path: {description: Lock directory., type: path, required: true}
+  state: {description: Take (present) or release (absent) the lock., type: str, choices: [present, absent], default: present}
+  token: {description: This cycle's identity; only the holder of the token releases the lock., type: str, required: true}
+  owner: {description: Extra owner facts to record (controller, user, pid, playbook)., type: dict, default: {}}
+  stale_after: {description: Seconds after which a held lock may be broken., type: int, default: 7200}
+  break_stale: {description: Break a lock older than O(stale_after)., type: bool, default: false}
+author:
+  - benchmark-cycle contributors
+notes:
+  - Supports check mode (reports whether the lock could be taken, takes nothing).
+"""
+
+EXAMPLES = r"""
+- name: Lock the host
+  host_lock:
+    path: /run/lock/benchmark-cycle-sglang-k26-ddtree.lock
+    token: "{{ cycle_token }}"
+    owner: {controller: awx-1, user: alice, pid: 4242}
+"""
+
+RETURN = r"""
+holder: {description: Owner facts of the lock found (this cycle's after a take)., returned: always, type: dict}
+age_s: {description: Age of a lock that was already held., returned: when held by another, type: int}
+broken: {description: A stale lock was broken to take this one., returned: state=present, type: bool}
+"""
+
+import json
+import os
+import shutil
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def read_owner(path: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(path, "owner.json"), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {"token": "unknown (no readable owner.json)"}
+
+
+def take(path: str, owner: dict[str, Any]) -> bool:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return False
+    tmp = os.path.join(path, ".owner.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(owner, fh, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, os.path.join(path, "owner.json"))
+    return True
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "token": {"type": "str", "required": True},
+            "owner": {"type": "dict", "default": {}},
+            "stale_after": {"type": "int", "default": 7200},
+            "break_stale": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p["path"]
+    if not os.path.isdir(os.path.dirname(path) or "/"):
+        module.fail_json(msg="lock directory parent %s does not exist" % os.path.dirname(path))
+    if p["state"] == "absent":
+        holder = read_owner(path) if os.path.isdir(path) else {}
+        mine = holder.get("token") == p["token"]
+        if mine and not module.check_mode:
+            shutil.rmtree(path)
+        module.exit_json(changed=mine, holder=holder, released=mine)
+
+    owner = dict(p["owner"], token=p["token"], started=datetime.now(timezone.utc).isoformat(timespec="seconds"))  # noqa: UP017 - hosts may run Python < 3.11
+    if module.check_mode:
+        module.exit_json(changed=not os.path.isdir(path), holder=read_owner(path) if os.path.isdir(path) else owner)
+    if take(path, owner):
+        module.exit_json(changed=True, holder=owner, broken=False)
+    holder = read_owner(path)
+    if holder.get("token") == p["token"]:
+        module.exit_json(changed=False, holder=holder, broken=False)  # re-entrant for the same cycle
+    age = int(time.time() - os.stat(path).st_mtime)
+    who = "cycle %s started %s by %s@%s (pid %s), %d s ago" % (
+        holder.get("token"), holder.get("started", "?"), holder.get("user", "?"), holder.get("controller", "?"),
+        holder.get("pid", "?"), age)
+    if age >= p["stale_after"] and p["break_stale"]:
+        shutil.rmtree(path, ignore_errors=True)
+        if take(path, owner):
+            module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age)
+        module.fail_json(msg="broke the stale lock %s but another cycle took it first" % path)
+    if age >= p["stale_after"]:
+        hint = ("It is older than stale_after=%d s and may be stale: if that cycle is gone, re-run with "
+                "-e bc_lock_break=true to break it." % p["stale_after"])
+    else:
+        hint = "Wait for it to finish; it is younger than stale_after=%d s, so it cannot be broken." % p["stale_after"]
+    module.fail_json(msg="another benchmark cycle holds %s: %s. %s" % (path, who, hint), holder=holder, age_s=age)
+
+
+if __name__ == "__main__":
+    main()
