@@ -10,6 +10,8 @@ from pathlib import Path
 import ansible_runner
 from conftest import ROOT, sh
 
+SECRET = "sk-runner-secret-41c2"
+
 
 def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     pdd = tmp_path / "pdd"
@@ -18,7 +20,8 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     # survey answers arrive as strings, the way AWX passes them
     (pdd / "env" / "extravars").write_text(json.dumps({
         "bc_target": "inference", "bc_sweep_batch_sizes": "1,2,4,8", "bc_sweep_tp_sizes": "1",
-        "bc_sweep_backend": "torch", "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 3}))
+        "bc_sweep_backend": "torch", "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 3,
+        "bc_api_key": SECRET}))
     (pdd / "env" / "settings").write_text(json.dumps({"idle_timeout": 0, "job_timeout": 3600}))
     (pdd / "env" / "envvars").write_text(json.dumps({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                                                      "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}))
@@ -35,4 +38,7 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     artifacts = Path(r.config.artifact_dir)
     assert (artifacts / "stdout").stat().st_size > 0 and any((artifacts / "job_events").iterdir())
     assert (artifacts / "status").read_text() == "successful"
+    # the API key is in the extravars AWX wrote, and nowhere in what the job printed or recorded
+    leaked = [p for p in artifacts.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+    assert leaked == [], leaked
     assert sh("systemctl is-active llama-lab").strip() == "active"
