@@ -52,6 +52,12 @@ options:
   output: {description: JSON file on the host; rewritten after every point., type: path, required: true}
   python: {description: Interpreter that has torch (and sglang); defaults to the one running the module., type: path}
   timeout: {description: Seconds the sweep process may run before it is killed., type: int, default: 3600}
+  preflight:
+    description:
+      - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
+        backend, so one call answers whether the sweep can run and whether it fits beside a running service.
+    type: bool
+    default: false
 author:
   - benchmark-cycle contributors
 """
@@ -81,6 +87,9 @@ copy_bandwidth_gbs: {description: Device copy bandwidth measured in the same run
 peak_memory_gib: {description: Peak allocated GPU memory of the sweep., returned: on GPU, type: float}
 estimate_peak_gib: {description: The preflight estimate of that peak., returned: always, type: float}
 ran_on: {description: C(gpu) or C(cpu)., returned: success, type: str}
+gpus: {description: "GPUs with index, name, free_mib, total_mib (empty without nvidia-smi).", returned: with preflight, type: list}
+backend_importable: {description: O(python) imports the backend., returned: with preflight, type: bool}
+backend_error: {description: The import error's last line., returned: with preflight when not importable, type: str}
 environment: {description: GPU, driver, torch, sglang, python versions., returned: success, type: dict}
 check: {description: Relative error of the sglang output against the fp32 reference., returned: with sglang, type: dict}
 output: {description: Path of the JSON result on the host., returned: always, type: str}
@@ -125,6 +134,35 @@ def stage_sweep_package(tmpdir: str) -> str:
     return tmpdir
 
 
+BACKEND_IMPORT = {
+    "torch": "import torch",
+    "sglang": "from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe",
+}
+
+
+def list_gpus(module: AnsibleModule) -> list[dict[str, Any]]:
+    """GPUs and their memory from nvidia-smi; [] on a host without it."""
+    smi = module.get_bin_path("nvidia-smi")
+    if not smi:
+        return []
+    rc, out, _err = module.run_command([smi, "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits"])
+    gpus = []
+    for line in out.splitlines() if rc == 0 else []:
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 4 and parts[0].isdigit():
+            gpus.append({"index": int(parts[0]), "name": parts[1], "free_mib": int(parts[2]), "total_mib": int(parts[3])})
+    return gpus
+
+
+def backend_check(module: AnsibleModule, python: str, backend: str) -> tuple[bool, str]:
+    code = BACKEND_IMPORT["torch" if backend == "torch" else "sglang"]
+    try:
+        rc, _out, err = module.run_command([python, "-c", code])
+    except OSError as exc:
+        return False, str(exc)
+    return rc == 0, (err.strip().splitlines() or [""])[-1] if rc else ""
+
+
 def main() -> None:
     spec: dict[str, Any] = {
         "num_experts": {"type": "int", "default": 384},
@@ -146,6 +184,7 @@ def main() -> None:
         "output": {"type": "path", "required": True},
         "python": {"type": "path"},
         "timeout": {"type": "int", "default": 3600},
+        "preflight": {"type": "bool", "default": False},
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
@@ -164,11 +203,13 @@ def main() -> None:
     plan = {"shape": s, "batch_sizes": sorted(set(p["batch_sizes"])), "backend": p["backend"],
             "estimate_peak_gib": round(estimate / GIB, 3), "output": p["output"]}
     if module.check_mode:
+        if p["preflight"]:
+            ok, why = backend_check(module, p["python"] or sys.executable, p["backend"])
+            plan.update(gpus=list_gpus(module), backend_importable=ok, backend_error=why)
         module.exit_json(changed=False, plan=plan, **plan)
 
     out_dir = os.path.dirname(p["output"]) or "."
-    if not os.path.isdir(out_dir):
-        module.fail_json(msg="output directory %s does not exist; create it first" % out_dir)
+    os.makedirs(out_dir, mode=0o755, exist_ok=True)
     cfg = dict(p, shape=shape, output=p["output"])
     python = p["python"] or sys.executable
     stage = tempfile.mkdtemp(prefix="bc-sweep-")
