@@ -23,6 +23,11 @@ options:
   owner: {description: Extra owner facts to record (controller, user, pid, playbook)., type: dict, default: {}}
   stale_after: {description: Seconds after which a held lock may be broken., type: int, default: 7200}
   break_stale: {description: Break a lock older than O(stale_after)., type: bool, default: false}
+  break_token:
+    description:
+      - Break the lock if, and only if, its holder's token is this one (the caller proved that holder dead,
+        e.g. a playbook on the same controller whose process is gone).
+    type: str
 author:
   - benchmark-cycle contributors
 notes:
@@ -83,6 +88,7 @@ def main() -> None:
             "owner": {"type": "dict", "default": {}},
             "stale_after": {"type": "int", "default": 7200},
             "break_stale": {"type": "bool", "default": False},
+            "break_token": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -109,6 +115,11 @@ def main() -> None:
     who = "cycle %s started %s by %s@%s (pid %s), %d s ago" % (
         holder.get("token"), holder.get("started", "?"), holder.get("user", "?"), holder.get("controller", "?"),
         holder.get("pid", "?"), age)
+    if p["break_token"] and holder.get("token") == p["break_token"]:
+        shutil.rmtree(path, ignore_errors=True)
+        if take(path, owner):
+            module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age)
+        module.fail_json(msg="broke the dead holder's lock %s but another cycle took it first" % path)
     if age >= p["stale_after"] and p["break_stale"]:
         shutil.rmtree(path, ignore_errors=True)
         if take(path, owner):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
-from conftest import DOUBLE, ROOT, playbook, sh
+from conftest import BIN, DOUBLE, ROOT, env, playbook, sh
 
 SECRET = "sk-lab-secret-9f8e7d"
 
@@ -123,3 +125,30 @@ def test_real_site_inventory_parses_and_the_playbook_passes_syntax_check():
     syn = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "--syntax-check", "benchmark_cycle.yml", "-i", "inventory/ct200"],
                          cwd=ROOT, capture_output=True, text=True, check=False, env=env)
     assert syn.returncode == 0, syn.stdout + syn.stderr
+
+
+def test_playbook_killed_mid_sweep_then_rerun_brings_the_service_back(llama):
+    cmd = [str(BIN / "ansible-playbook"), "benchmark_cycle.yml", "-i", "inventory/lab", "-e", "bc_sweep_iters=400"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "ansible.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true"):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)  # the controller dies mid-sweep (a killed terminal, a lost AWX node)
+    proc.wait(timeout=60)
+    assert sh("systemctl is-active llama-lab", check=False).strip() != "active"  # stopped by the drain, left down
+    assert "token" in sh("cat /run/lock/benchmark-cycle-llama-lab.lock/owner.json")  # and the lock held
+    run = playbook("benchmark_cycle.yml")
+    assert run.rc == 0, run.out[-3000:]
+    assert re.search(r"no\s+longer\s+runs\s+on\s+this\s+controller", run.out)  # the dead cycle's lock was broken
+    assert sh("systemctl is-active llama-lab").strip() == "active"
+    assert sh("ls /run/lock | grep -c benchmark-cycle || true").strip() == "0"
+
+
+def test_server_that_never_gets_ready_fails_within_the_budget_naming_the_phase(lab):
+    extra = dict(DOUBLE, bc_readiness_timeout_s=6, bc_readiness_delay_s=1)
+    extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="100000")
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc != 0
+    assert "is not ready: still warming when the 6 s budget ran out" in run.out
+    assert run.seconds < 90  # two bounded waits (the start, then the restart-as-is), not 15 minutes
+    sh("systemctl stop sglang-double")
