@@ -4,6 +4,8 @@
     lab/lab.py image          build the lab image unless the one for this recipe exists
     lab/lab.py up [N]         (re)start N lab hosts and write inventory/lab/hosts.yml
     lab/lab.py down           remove every lab host
+    lab/lab.py artifacts      build (once) llama-server and the tiny model; print their paths as JSON
+                              (--shell: as BC_LLAMA_SERVER=... BC_LAB_MODEL=... for eval)
 
 The image is built by mmdebstrap from the Debian mirror apt already uses (read from the apt
 sources), imported with `podman import` and tagged with the hash of its recipe, so it is
@@ -17,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -214,6 +217,17 @@ def write_inventory(hosts: dict[str, dict[str, object]], key: Path) -> None:
     (ROOT / "inventory" / "lab" / "hosts.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def artifacts() -> dict[str, str]:
+    """The lab server's binary and model, built once and cached (keyed by version / recipe hash)."""
+    server = subprocess.run([str(ROOT / "lab" / "build-llama-server.sh")], check=True, text=True,
+                            stdout=subprocess.PIPE).stdout.strip().splitlines()[-1]
+    recipe = ROOT / "lab" / "make_model.py"
+    model = CACHE / "model" / f"lab-tiny-{hashlib.sha256(recipe.read_bytes()).hexdigest()[:12]}.gguf"
+    if not model.exists():
+        run([sys.executable, str(recipe), str(model)])
+    return {"lab_llama_server_src": server, "lab_model_src": str(model)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -222,8 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     p_up.add_argument("count", nargs="?", type=int, default=int(os.environ.get("BC_LAB_HOSTS", "1")))
     sub.add_parser("down")
     sub.add_parser("mirror")
+    sub.add_parser("artifacts").add_argument("--shell", action="store_true")
     args = parser.parse_args(argv)
-    if shutil.which("podman") is None and args.cmd != "mirror":
+    if shutil.which("podman") is None and args.cmd in ("image", "up", "down"):
         raise SystemExit("lab: podman is not installed; run `make setup`")
     if args.cmd == "image":
         print(build_image())
@@ -233,6 +248,13 @@ def main(argv: list[str] | None = None) -> None:
         down()
     elif args.cmd == "mirror":
         print(apt_mirror(host_suite()))
+    elif args.cmd == "artifacts":
+        paths = artifacts()
+        if args.shell:
+            print(f"BC_LLAMA_SERVER={shlex.quote(paths['lab_llama_server_src'])}")
+            print(f"BC_LAB_MODEL={shlex.quote(paths['lab_model_src'])}")
+        else:
+            print(json.dumps(paths))
 
 
 if __name__ == "__main__":

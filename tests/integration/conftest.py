@@ -49,12 +49,8 @@ def sh(cmd: str, check: bool = True) -> str:
 
 
 def artifacts() -> dict[str, str]:
-    server = subprocess.run([str(ROOT / "lab/build-llama-server.sh")], capture_output=True, text=True, check=True).stdout.strip()
-    digest = subprocess.run(["sha256sum", str(ROOT / "lab/make_model.py")], capture_output=True, text=True, check=True).stdout[:12]
-    model = Path(os.environ.get("BC_CACHE", "/var/cache/benchmark-cycle")) / "model" / f"lab-tiny-{digest}.gguf"
-    if not model.exists():
-        subprocess.run([sys.executable, str(ROOT / "lab/make_model.py"), str(model)], check=True)
-    return {"lab_llama_server_src": server, "lab_model_src": str(model)}
+    out = subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "artifacts"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
 
 
 @pytest.fixture(scope="session")
