@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,6 +31,9 @@ import ansible_runner
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "lab"))
+from inject import kill_during_start_pre  # noqa: E402 - the lab's own fault injection
+
 HOSTS = yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
 HOST, HV = next(iter(HOSTS.items()))
 DELAY = 1
@@ -87,17 +90,9 @@ def dead_unit_lag() -> dict[str, Any]:
     killer_done: dict[str, float] = {}
 
     def killer() -> None:
-        # once the unit's start job runs ExecStartPre (the lab's stand-in for a long load), kill it
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            state = subprocess.run(["podman", "exec", HV["lab_container"], "systemctl", "show", "-p", "SubState", "--value",
-                                    "llama-lab"], capture_output=True, text=True, check=False).stdout.strip()
-            if state == "start-pre":
-                time.sleep(1.0)
-                subprocess.run(["podman", "exec", HV["lab_container"], "pkill", "-KILL", "-x", "sleep"], check=False)
-                killer_done["t"] = time.time()
-                return
-            time.sleep(0.05)
+        t = kill_during_start_pre(HV["lab_container"], "llama-lab")
+        if t is not None:
+            killer_done["t"] = t
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -116,8 +111,9 @@ def probe_cost_and_overhead() -> dict[str, Any]:
 
     def duration(name: str) -> float:
         evs = [e for e in task_events(events, name) if e["event"] in ("runner_on_ok", "runner_on_failed", "runner_on_skipped")]
-        starts = [e for e in task_events(events, name) if e["event"] == "playbook_on_task_start"]
-        return sum(e["event_data"].get("duration", 0) or 0 for e in evs) if evs else (ts(evs[-1]) - ts(starts[0]) if starts else 0)
+        if not evs:  # a renamed task must not silently count as 0 s
+            raise SystemExit("no task named %r in the run: update bench/lab_timings.py" % name)
+        return sum(e["event_data"].get("duration", 0) or 0 for e in evs)
 
     wait = [e for e in task_events(events, "Wait for the server to be ready") if e["event"] == "runner_on_ok"][-1]
     retries = [e for e in task_events(events, "Wait for the server to be ready") if e["event"] == "runner_retry"]
@@ -125,7 +121,7 @@ def probe_cost_and_overhead() -> dict[str, Any]:
     http_ms = statistics.mean([e["event_data"]["res"].get("latency_ms", 0) for e in retries] or [0])
     wait_s = wait["event_data"]["duration"]
     per_probe_s = (wait_s - (attempts - 1) * DELAY) / attempts
-    drain = sum(duration(n) for n in ("Wait for in-flight requests to finish", "Stop the unit", "Look for server processes left behind"))
+    drain = sum(duration(n) for n in ("Wait for in-flight requests to finish", "Stop the unit and prove it stopped"))
     sweep = duration("Sweep tp1 torch")
     start_task = next(e for e in task_events(events, "Start the unit") if e["event"] == "runner_on_ok")
     start_to_ready = ts(wait) - ts(start_task) + start_task["event_data"]["duration"]

@@ -5,13 +5,17 @@
     ct200 reload 04:35  warming  "Capture decode CUDA graph"  (92 retries left)
 
 It prints through the display (stdout), so AWX's job output shows the same lines; it adds lines,
-it does not replace the stdout callback.
+it does not replace the stdout callback. With an event log set, it also appends one JSON line per
+task start and per host result (time, host, task, status; the message of a failure, never a
+result's data): the cycle's timeline on the controller, from which time-to-detect is measured.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
@@ -26,8 +30,18 @@ short_description: One progress line per readiness/drain retry of the benchmark 
 description:
   - For every retry of an C(inference_health) task, prints the host, time since the unit started,
     the phase, the last start-up stage from the journal and the retries left.
+  - With O(event_log), appends the cycle's timeline as JSON lines (task starts and results).
 requirements:
   - enable in ansible.cfg with C(callbacks_enabled = benchmark_cycle_progress)
+options:
+  event_log:
+    description: File to append the timeline to (JSON lines); unset writes none.
+    type: path
+    env:
+      - name: BC_CYCLE_EVENT_LOG
+    ini:
+      - section: benchmark_cycle_progress
+        key: event_log
 """
 
 
@@ -37,7 +51,33 @@ class CallbackModule(CallbackBase):
     CALLBACK_NAME = "benchmark_cycle_progress"
     CALLBACK_NEEDS_ENABLED = True
 
+    def _log(self, event: str, task: Any, host: str | None = None, msg: str | None = None) -> None:
+        path = self.get_option("event_log")
+        if not path:
+            return
+        line = {"t": round(time.time(), 3), "event": event, "task": task.get_name().strip() if task else None, "host": host}
+        if msg:
+            line["msg"] = str(msg)[:1000]
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._log("start", task)
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        self._log("ok", result._task, result._host.get_name())
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        self._log("failed", result._task, result._host.get_name(), result._result.get("msg"))
+
+    def v2_runner_on_skipped(self, result: Any) -> None:
+        self._log("skipped", result._task, result._host.get_name())
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        self._log("unreachable", result._task, result._host.get_name(), result._result.get("msg"))
+
     def v2_runner_retry(self, result: Any) -> None:
+        self._log("retry", result._task, result._host.get_name())
         res = result._result
         if "phase" not in res and "in_flight" not in res:
             return

@@ -52,6 +52,12 @@ options:
   output: {description: JSON file on the host; rewritten after every point., type: path, required: true}
   python: {description: Interpreter that has torch (and sglang); defaults to the one running the module., type: path}
   timeout: {description: Seconds the sweep process may run before it is killed., type: int, default: 3600}
+  tag:
+    description:
+      - This run's owner, C(<unit>/<cycle token>), put on the sweep's command line. A running sweep
+        tagged with the same unit and another token is an orphan of a cycle whose controller died
+        (the lock proves it); it is killed first, so that two sweeps never share the device.
+    type: str
   preflight:
     description:
       - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
@@ -90,6 +96,8 @@ ran_on: {description: C(gpu) or C(cpu)., returned: success, type: str}
 gpus: {description: "GPUs with index, name, free_mib, total_mib (empty without nvidia-smi).", returned: with preflight, type: list}
 backend_importable: {description: O(python) imports the backend., returned: with preflight, type: bool}
 backend_error: {description: The import error's last line., returned: with preflight when not importable, type: str}
+orphans_killed: {description: "Orphaned sweeps of the same unit killed before this one (pid, tag).", returned: success, type: list}
+oom_killed: {description: "The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).", returned: when killed, type: bool}
 environment: {description: GPU, driver, torch, sglang, python versions., returned: success, type: dict}
 check: {description: Relative error of the sglang output against the fp32 reference., returned: with sglang, type: dict}
 output: {description: Path of the JSON result on the host., returned: always, type: str}
@@ -103,12 +111,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 import ansible.module_utils as _mu
 from ansible.module_utils import bc_marlin  # noqa: F401 - imported so AnsiballZ ships it to the host
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_sweepstats import GIB, ShapeError, estimate_peak_bytes, validate
+from ansible.module_utils.bc_unit import list_processes
 
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits", "tp_size")
 
@@ -154,6 +164,58 @@ def list_gpus(module: AnsibleModule) -> list[dict[str, Any]]:
     return gpus
 
 
+SWEEP_ARGV = "ansible.module_utils.bc_marlin"
+
+
+def sweeps_running() -> list[tuple[int, str]]:
+    """Sweep processes on this host (pid, tag): `python -m ansible.module_utils.bc_marlin --tag T`."""
+    mine, others = list_processes("")
+    found = []
+    for pid, cmd in mine + [(p, c) for p, c, _s in others]:
+        words = cmd.split()
+        if SWEEP_ARGV in words:
+            found.append((pid, words[words.index("--tag") + 1] if "--tag" in words[:-1] else ""))
+    return found
+
+
+def kill_orphans(module: AnsibleModule, tag: str) -> list[dict[str, Any]]:
+    """A sweep of the same unit under another cycle's tag is an orphan: this cycle holds the unit's
+    lock, so that cycle's controller is gone (an interrupted ansible-playbook leaves its async job
+    running). Two sweeps at once would share the GPU and skew both, so it is killed. Sweeps of other
+    units are left alone and reported."""
+    unit = tag.split("/", 1)[0]
+    killed = []
+    for pid, other in sweeps_running():
+        if other != tag and other.split("/", 1)[0] == unit:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.append({"pid": pid, "tag": other})
+            module.warn("killed the orphaned sweep pid %d of cycle %s: this cycle holds %s's lock, so its controller is gone"
+                        % (pid, other, unit))
+        elif other.split("/", 1)[0] != unit:
+            module.warn("another sweep runs on this host (pid %d, %s): results may be skewed if it shares the device"
+                        % (pid, other or "untagged"))
+    deadline = time.monotonic() + 10
+    while killed and any(pid in [k["pid"] for k in killed] for pid, _t in sweeps_running()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return killed
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of OOM kills (/proc/vmstat oom_kill, Linux >= 4.13), None if unknown."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as fh:
+            for line in fh:
+                key, _sep, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def backend_check(module: AnsibleModule, python: str, backend: str) -> tuple[bool, str]:
     code = BACKEND_IMPORT["torch" if backend == "torch" else "sglang"]
     try:
@@ -185,6 +247,7 @@ def main() -> None:
         "python": {"type": "path"},
         "timeout": {"type": "int", "default": 3600},
         "preflight": {"type": "bool", "default": False},
+        "tag": {"type": "str"},
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
@@ -214,8 +277,10 @@ def main() -> None:
     python = p["python"] or sys.executable
     stage = tempfile.mkdtemp(prefix="bc-sweep-")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
+    orphans = kill_orphans(module, p["tag"]) if p["tag"] else []
+    ooms_before = oom_kills()
     try:
-        proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=json.dumps(cfg), text=True,
+        proc = subprocess.run([python, "-m", SWEEP_ARGV] + (["--tag", p["tag"]] if p["tag"] else []), input=json.dumps(cfg), text=True,
                               capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage)
     except subprocess.TimeoutExpired:
         module.fail_json(msg="the sweep ran past timeout=%d s and was killed; finished points are in %s"
@@ -227,9 +292,18 @@ def main() -> None:
     tail = (proc.stderr or "").strip().splitlines()[-20:]
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
-        hint = " (the OOM killer or an operator sends SIGKILL)" if sig == "SIGKILL" else ""
+        ooms_after = oom_kills()
+        oom = sig == "SIGKILL" and None not in (ooms_before, ooms_after) and ooms_after > ooms_before  # type: ignore[operator]
+        if oom:
+            hint = (" from the kernel's OOM killer (oom_kill in /proc/vmstat went from %s to %s): the sweep needs about"
+                    " %.2f GiB; free host memory, or sweep fewer or smaller batch sizes"
+                    % (ooms_before, ooms_after, plan["estimate_peak_gib"]))
+        elif sig == "SIGKILL":
+            hint = " (not the OOM killer: /proc/vmstat oom_kill did not move; an operator or a watchdog sent it)"
+        else:
+            hint = ""
         module.fail_json(msg="the sweep process was killed by %s%s; finished points are kept in %s"
-                         % (sig, hint, p["output"]), signal=sig, stderr_tail=tail, **plan)
+                         % (sig, hint, p["output"]), signal=sig, oom_killed=oom, stderr_tail=tail, **plan)
     last = (proc.stdout or "").strip().splitlines()[-1:] or ["{}"]
     try:
         result = json.loads(last[0])
@@ -239,7 +313,7 @@ def main() -> None:
         module.fail_json(msg="the sweep failed (exit %d): %s" % (proc.returncode, result.get("error", "no result")),
                          rc=proc.returncode, stderr_tail=tail, **plan)
     result.pop("status", None)
-    module.exit_json(changed=True, output=p["output"], **result)
+    module.exit_json(changed=True, output=p["output"], orphans_killed=orphans, **result)
 
 
 if __name__ == "__main__":

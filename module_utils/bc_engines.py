@@ -3,7 +3,7 @@
 """Engine profiles: what each inference server says while it loads, warms up and serves.
 
 A profile is data, not a code path: endpoints, what an HTTP status (or a refused connection)
-means, the Prometheus names of in-flight work, and the journal lines that mark progress and
+means, the Prometheus names of in-flight work, the process names a stop may leave behind, and the journal lines that mark progress and
 failure. Every probe and the drain read these tables; adding an engine is adding a dict.
 
 Sources: SGLang 0.5.10-0.5.23 (`srt/entrypoints/http_server.py`: `/health` and
@@ -33,6 +33,8 @@ ENGINES: dict[str, dict[str, Any]] = {
         # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that
         "min_timeout_s": 25,
         "inflight_metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
+        # what a stop may leave running: the children rename themselves (setproctitle)
+        "processes": ["sglang.launch_server", "sglang::scheduler", "sglang::detokenizer", "sglang::data_parallel"],
         # 0.5.10 exposes sglang:engine_startup_time; later releases per-phase startup_time_seconds
         "startup_metrics": ["sglang:startup_time_seconds", "sglang:engine_startup_time"],
         "progress": [
@@ -63,6 +65,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {"Loading model": "loading"},
         "min_timeout_s": 1,
         "inflight_metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"],
+        "processes": ["llama-server"],
         "startup_metrics": [],
         "progress": [
             [r"loading model '([^']+)'", "Loading model"],
@@ -77,6 +80,7 @@ ENGINES: dict[str, dict[str, Any]] = {
             r"failed to load model",
             r"exiting due to model loading error",
             r"error: unknown argument",
+            r"error: invalid argument",  # what the llama-server built from llama-cpp-python 0.3.36 prints
         ],
     },
     "vllm": {
@@ -89,6 +93,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {},
         "min_timeout_s": 5,
         "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
+        "processes": ["vllm.entrypoints", "VLLM::EngineCore", "vllm serve"],
         "startup_metrics": [],
         "progress": [
             [r"Starting to load model", "Load weight begin"],

@@ -1,5 +1,7 @@
 """The lab for integration tests: real podman containers with systemd as PID 1, the real
-llama-server under systemd, the real ansible-playbook over ssh. Started once per session."""
+llama-server under systemd, the real ansible-playbook over ssh. Started once per session, or
+provided by molecule (BC_LAB_PROVIDED=1: molecule's create/converge made it; the faults and fleet
+scenarios run these tests as their verify step)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,25 +28,46 @@ class Run:
     rc: int
     out: str
     seconds: float
+    started: float = 0.0  # epoch
+    events: list[dict[str, Any]] = field(default_factory=list)  # the callback's timeline (BC_CYCLE_EVENT_LOG)
+
+    def at(self, task: str, event: str = "ok") -> float:
+        """Epoch time of the first `event` of the task whose name contains `task`."""
+        for e in self.events:
+            if e["event"] == event and task in (e.get("task") or ""):
+                return e["t"]
+        raise AssertionError(f"no {event} event for a task named like {task!r}: {[e['task'] for e in self.events][-20:]}")
 
 
-def env() -> dict[str, str]:
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-                PATH=f"{BIN}:{os.environ['PATH']}")
+def env(**extra: str) -> dict[str, str]:
+    """The project's ansible.cfg and nothing else: settings inherited from a caller (molecule's
+    ANSIBLE_* variables when these tests are its verify step) do not leak into the runs."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
+    return dict(base, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+                PATH=f"{BIN}:{os.environ['PATH']}", **extra)
+
+
+def playbook_cmd(path: str, *extra: str, extra_vars: dict | None = None) -> list[str]:
+    cmd = [str(BIN / "ansible-playbook"), path, "-i", "inventory/lab", *extra]
+    return [*cmd, "-e", json.dumps(extra_vars)] if extra_vars else cmd
+
+
+def read_events(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def playbook(path: str, *extra: str, extra_vars: dict | None = None, timeout: int = 600) -> Run:
-    cmd = [str(BIN / "ansible-playbook"), path, "-i", "inventory/lab", *extra]
-    if extra_vars:
-        cmd += ["-e", json.dumps(extra_vars)]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout, check=False)
-    return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "events.jsonl"
+        start, started = time.monotonic(), time.time()
+        proc = subprocess.run(playbook_cmd(path, *extra, extra_vars=extra_vars), cwd=ROOT, env=env(BC_CYCLE_EVENT_LOG=str(log)),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, started, read_events(log))
 
 
-def sh(cmd: str, check: bool = True) -> str:
+def sh(cmd: str, check: bool = True, container: str = CONTAINER) -> str:
     """Run a shell command inside the lab host (podman exec: test assertions, not the product)."""
-    proc = subprocess.run(["podman", "exec", CONTAINER, "sh", "-c", cmd], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(["podman", "exec", container, "sh", "-c", cmd], capture_output=True, text=True, timeout=120, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"lab command failed ({proc.returncode}): {cmd}\n{proc.stdout}{proc.stderr}")
     return proc.stdout
@@ -53,25 +78,88 @@ def artifacts() -> dict[str, str]:
     return json.loads(out)
 
 
+def lab_hosts() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    return yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
+
+
+def provided(count: int) -> bool:
+    """molecule made the lab (create + converge): use it as it is."""
+    if os.environ.get("BC_LAB_PROVIDED") != "1":
+        return False
+    if len(lab_hosts()) != count:
+        raise pytest.UsageError(f"BC_LAB_PROVIDED=1 but inventory/lab/hosts.yml has {len(lab_hosts())} host(s), not {count}")
+    return True
+
+
+def lab_up(count: int) -> None:
+    if not provided(count):
+        subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "up", str(count)], check=True, cwd=ROOT, env=env())
+        run = playbook("playbooks/lab_provision.yml", extra_vars=artifacts())
+        assert run.rc == 0, run.out[-3000:]
+
+
+LAB_UNIT: dict[str, str] = {}
+
+
+def unit_sum() -> str:
+    return sh("sha256sum /etc/systemd/system/llama-lab.service /etc/benchmark-cycle/llama-lab.env", check=False)
+
+
 @pytest.fixture(scope="session")
 def lab() -> str:
-    subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "up", "1"], check=True, cwd=ROOT, env=env())
-    run = playbook("playbooks/lab_provision.yml", extra_vars=artifacts())
-    assert run.rc == 0, run.out[-3000:]
+    lab_up(1)
     # the SGLang test double, for SGLang-only behaviour under a real systemd
     sh("mkdir -p /opt/sglang-double")
     subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/sglang"), f"{CONTAINER}:/opt/sglang-double/sglang"], check=True)
+    LAB_UNIT["sum"] = unit_sum()
     return HOST
 
 
 @pytest.fixture
 def llama(lab: str) -> str:
-    """The lab's llama-server, serving (re-provisioned if a test left it otherwise)."""
-    if sh("systemctl is-active llama-lab", check=False).strip() != "active" or "no-such" in sh("cat /etc/systemd/system/llama-lab.service"):
+    """The lab's llama-server as provisioned, serving (re-provisioned if a test left it otherwise)."""
+    if sh("systemctl is-active llama-lab", check=False).strip() != "active" or unit_sum() != LAB_UNIT["sum"]:
         run = playbook("playbooks/lab_provision.yml", extra_vars=artifacts())
         assert run.rc == 0, run.out[-3000:]
     sh("rm -rf /run/lock/benchmark-cycle-*")
     return lab
+
+
+def serving(port: int = 8080, container: str = CONTAINER) -> str:
+    """What the service does now, measured: the unit's state and the answer to 2+2=."""
+    state = sh("systemctl is-active llama-lab", check=False, container=container).strip()
+    body = sh("curl -s -m 5 -H 'Content-Type: application/json' -d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' "
+              f"http://127.0.0.1:{port}/v1/completions", check=False, container=container)
+    try:
+        answer = json.loads(body)["choices"][0]["text"]
+    except (ValueError, KeyError, IndexError):
+        answer = None
+    return f"{state}, answers 2+2={answer}" if answer is not None else f"{state}, no answer"
+
+
+# -- the reliability table (docs/reliability.md): one row per fault test, every cell measured -----
+ROWS: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+def reliability(request: pytest.FixtureRequest):
+    def record(**row: Any) -> None:
+        ROWS.append(dict(row, test=f"{Path(request.node.fspath).name}::{request.node.name}"))
+    return record
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not ROWS:
+        return
+    from reliability import render
+
+    out = Path(os.environ.get("BC_RELIABILITY_DOC", ROOT / "results" / "reliability.md"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    (ROOT / "results").mkdir(exist_ok=True)
+    (ROOT / "results" / "reliability.json").write_text(json.dumps(ROWS, indent=1))
+    out.write_text(render(ROWS, complete=exitstatus == 0))
 
 
 DOUBLE = {
@@ -81,3 +169,8 @@ DOUBLE = {
     "bc_engine_env": {"PYTHONPATH": "/opt/sglang-double", "BC_DOUBLE_LOAD_S": "3", "BC_DOUBLE_WARMUP_S": "2",
                       "SGLANG_CACHE_DIR": "/var/cache/sglang"},
 }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fleet test re-creates the lab with 3 hosts: it runs after every 1-host test."""
+    items.sort(key=lambda item: Path(str(item.fspath)).name == "test_fleet.py")

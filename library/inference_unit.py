@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: install, stop, start and roll back an inference server's systemd unit."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: inference_unit
+short_description: Install, stop (and prove stopped), start or roll back an inference server's systemd unit
+description:
+  - Each state is one round trip to the host, so that the benchmark cycle spends its time on the
+    drain, the sweep and the reload, not on task overhead.
+  - O(state=present) verifies O(content) with C(systemd-analyze verify) before anything is written
+    (a unit that fails is never installed), keeps the installed unit and environment file for
+    rollback, writes the environment file 0600 and the unit atomically, reloads systemd and
+    enables the unit. Returns a diff of the unit (never of the environment file, which holds the API key).
+  - O(state=stopped) stops the unit (systemd waits up to the unit's C(TimeoutStopSec)), finds the
+    server processes left behind by the O(engine) profile's process names (SGLang can leave
+    C(sglang::scheduler_TP*) children), kills them (never a process of another systemd service:
+    a second server on the same host is not this unit's), and on a host with C(nvidia-smi) waits until
+    the GPU memory is freed.
+  - O(state=started) clears the start-rate counter (C(reset-failed)) and starts the unit without
+    waiting for the start job; readiness is a separate probe (M(inference_health)).
+  - O(state=rolled_back) puts back the unit and environment file kept by the last O(state=present)
+    that replaced them, and restarts the unit.
+version_added: "1.0.0"
+options:
+  name: {description: The unit name without C(.service)., type: str, required: true}
+  state:
+    description: What to do with the unit.
+    type: str
+    choices: [present, stopped, started, rolled_back]
+    default: present
+  content: {description: The unit file text (O(state=present))., type: str}
+  env_file: {description: The unit's C(EnvironmentFile)., type: path}
+  env_content: {description: The environment file text; written 0600 and never logged., type: str}
+  enabled: {description: Enable (or disable) the unit at boot; unset leaves it alone., type: bool}
+  systemd_dir: {description: Where units are installed., type: path, default: /etc/systemd/system}
+  state_dir:
+    description: Holds C(rollback/) copies of the replaced unit and environment file.
+    type: path
+    default: /var/lib/benchmark-cycle
+  engine:
+    description: Engine profile whose process names mark leftovers (O(state=stopped)).
+    type: str
+    choices: [sglang, llamacpp, vllm]
+    default: sglang
+  kill_leftovers: {description: SIGKILL server processes still running after the stop; otherwise fail., type: bool, default: true}
+  gpu_check: {description: Wait until the GPU memory is freed (skipped on a host without nvidia-smi)., type: bool, default: true}
+  gpu_free_mib: {description: Used MiB per GPU at or under which it counts as free., type: int, default: 2048}
+  gpu_wait_s: {description: How long to wait for the GPU memory., type: int, default: 60}
+  gpu_indices: {description: The GPUs that must be freed; empty means all., type: list, elements: int, default: []}
+author:
+  - benchmark-cycle contributors
+notes:
+  - Supports check mode (verifies and diffs the unit, reports what would stop or start) and diff mode.
+  - Commands run as argument lists; no string reaches a shell.
+"""
+
+EXAMPLES = r"""
+- name: Install the unit
+  inference_unit:
+    name: sglang-k26-ddtree
+    content: "{{ lookup('ansible.builtin.template', 'unit.service.j2') }}"
+    env_file: /etc/benchmark-cycle/sglang-k26-ddtree.env
+    env_content: "{{ lookup('ansible.builtin.template', 'unit.env.j2') }}"
+    enabled: true
+
+- name: Stop it and prove it stopped
+  inference_unit:
+    name: sglang-k26-ddtree
+    state: stopped
+    engine: sglang
+    gpu_free_mib: 2048
+"""
+
+RETURN = r"""
+unit_changed: {description: The unit file was replaced., returned: state=present, type: bool}
+env_changed: {description: The environment file was replaced (or its mode fixed)., returned: state=present, type: bool}
+rollback_kept: {description: The replaced unit was kept for rollback., returned: state=present, type: bool}
+was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str}
+stop_s: {description: Seconds the stop took., returned: state=stopped, type: float}
+leftover_processes: {description: "Server processes found after the stop (pid and command line).", returned: state=stopped, type: list}
+leftovers_killed: {description: They were SIGKILLed., returned: state=stopped, type: bool}
+other_services_processes:
+  description: Processes with a server's name that belong to another systemd service; left alone.
+  returned: state=stopped
+  type: list
+gpu_memory_used_mib: {description: "Used MiB per GPU index once free ({} without nvidia-smi).", returned: state=stopped, type: dict}
+rolled_back: {description: A kept unit or environment file was put back., returned: state=rolled_back, type: bool}
+n_restarts: {description: Restart count after the start (0 after reset-failed)., returned: state=started or rolled_back, type: int}
+"""
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_engines import ENGINES
+from ansible.module_utils.bc_unit import Unit, UnitError
+
+
+def write_atomic(path: str, text: str, mode: int) -> None:
+    """Write beside the target with the final mode, then rename over it: never half a file, and
+    the API key's file is never readable by others, not even for a moment."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bc-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["present", "stopped", "started", "rolled_back"], "default": "present"},
+            "content": {"type": "str"},
+            "env_file": {"type": "path"},
+            "env_content": {"type": "str", "no_log": True},
+            "enabled": {"type": "bool"},
+            "systemd_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "state_dir": {"type": "path", "default": "/var/lib/benchmark-cycle"},
+            "engine": {"type": "str", "choices": sorted(ENGINES), "default": "sglang"},
+            "kill_leftovers": {"type": "bool", "default": True},
+            "gpu_check": {"type": "bool", "default": True},
+            "gpu_free_mib": {"type": "int", "default": 2048},
+            "gpu_wait_s": {"type": "int", "default": 60},
+            "gpu_indices": {"type": "list", "elements": "int", "default": []},
+        },
+        required_if=[("state", "present", ["content"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["state"] == "present" and p["env_file"] and p["env_content"] is None:
+        module.fail_json(msg="env_content is required with env_file for state=present (the environment file's text)")
+    for key in ("gpu_free_mib", "gpu_wait_s"):
+        if p[key] < 0:
+            module.fail_json(msg="%s must be >= 0, got %d" % (key, p[key]))
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        return module.run_command(argv)
+
+    try:
+        unit = Unit(p["name"], run, write_atomic, systemd_dir=p["systemd_dir"], state_dir=p["state_dir"],
+                    env_file=p["env_file"], check_mode=module.check_mode)
+        result: dict[str, Any]
+        if p["state"] == "present":
+            scratch = tempfile.mkdtemp(prefix="bc-unit-")
+            try:
+                result = unit.install(p["content"], p["env_content"], p["enabled"], scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            diff = result.pop("diff")
+            if module._diff and result["unit_changed"]:
+                result["diff"] = diff
+        elif p["state"] == "stopped":
+            smi = module.get_bin_path("nvidia-smi") if p["gpu_check"] else None
+            gpu = {"nvidia_smi": smi, "free_mib": p["gpu_free_mib"], "wait_s": p["gpu_wait_s"],
+                   "indices": p["gpu_indices"]} if smi else None
+            result = unit.stop(ENGINES[p["engine"]]["processes"], p["kill_leftovers"], gpu)
+            result["gpu_checked"] = gpu is not None
+        elif p["state"] == "started":
+            result = unit.start()
+        else:
+            result = unit.rollback()
+    except UnitError as err:
+        module.fail_json(msg=str(err))
+    module.exit_json(name=unit.name, state=p["state"], **result)
+
+
+if __name__ == "__main__":
+    main()

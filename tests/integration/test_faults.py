@@ -1,0 +1,347 @@
+"""Faults injected for real into real cycles against the lab; each case asserts what the cycle did,
+the service state after it, what data survived, and records a row of docs/reliability.md with
+every cell measured. Run as molecule's `faults` scenario (verify step), or alone with pytest."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import CONTAINER, DOUBLE, ROOT, env, playbook, playbook_cmd, read_events, serving, sh
+from inject import kill_during_start_pre
+
+BIG_SHAPE = {"num_experts": 64, "hidden_size": 4096, "intermediate_size": 2048, "top_k": 8, "group_size": 32, "num_bits": 4}
+
+
+def history_lines() -> int:
+    path = ROOT / "results/history.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def pid() -> str:
+    return sh("systemctl show -p ExecMainPID --value llama-lab").strip()
+
+
+def no_lock() -> bool:
+    return sh("ls /run/lock | grep -c benchmark-cycle || true").strip() == "0"
+
+
+@contextmanager
+def sweep_death() -> Iterator[dict[str, float]]:
+    """Watch from inside the host (20 Hz) for the sweep process; yields {'started', 'died'} epochs."""
+    seen: dict[str, float] = {}
+    script = ("while ! pgrep -f '[b]c_marlin' >/dev/null; do sleep 0.05; done; date +%s.%N > /tmp/sweep-started; "
+              "while pgrep -f '[b]c_marlin' >/dev/null; do sleep 0.05; done; date +%s.%N > /tmp/sweep-died")
+    sh("rm -f /tmp/sweep-started /tmp/sweep-died")
+    watcher = subprocess.Popen(["podman", "exec", CONTAINER, "sh", "-c", script])
+    try:
+        yield seen
+    finally:
+        watcher.wait(timeout=30)
+        for key in ("started", "died"):
+            value = sh(f"cat /tmp/sweep-{key} 2>/dev/null || true").strip()
+            if value:
+                seen[key] = float(value)
+
+
+def test_sweep_crashes_with_an_error_the_service_comes_back_and_the_play_fails(llama, reliability):
+    # a real allocation failure: the address space is capped below what the weights need, so torch's
+    # allocator raises, the sweep exits non-zero with the error (on a GPU this is a CUDA OOM)
+    sh("printf '#!/bin/sh\\nulimit -v 2500000\\nexec /opt/bench-venv/bin/python \"$@\"\\n' > /usr/local/bin/capped-python"
+       " && chmod +x /usr/local/bin/capped-python")
+    before = history_lines()
+    with sweep_death() as seen:
+        run = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_python": "/usr/local/bin/capped-python",
+                                                          "bc_sweep_shape": BIG_SHAPE, "bc_sweep_batch_sizes": [1, 2]})
+    assert run.rc != 0
+    assert re.search(r"the sweep failed \(exit 3\): RuntimeError: .*can't allocate memory", run.out), run.out[-3000:]
+    assert "the service was started again and answers correctly" in run.out
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    assert history_lines() == before  # nothing half-written into the history
+    reliability(fault="sweep crashes", injected="allocation failure: ulimit -v below the weights' size",
+                did="sweep task failed with the error (exit 3, RuntimeError can't allocate memory); "
+                    "service restarted, awaited; play failed",
+                service_after=after, data_kept=f"history.jsonl intact ({before} runs)",
+                detect_s=run.at("Sweep tp1 torch", "failed") - seen["died"], run_s=run.seconds)
+
+
+def test_sweep_killed_by_sigkill_keeps_the_finished_points(llama, reliability):
+    stamp_dirs = set((ROOT / "results/lab1").glob("*")) if (ROOT / "results/lab1").exists() else set()
+    Path("/tmp/bc-kill-events.jsonl").unlink(missing_ok=True)
+    proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars={"bc_sweep_iters": 300}), cwd=ROOT,
+                            env=env(BC_CYCLE_EVENT_LOG="/tmp/bc-kill-events.jsonl"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it once it has finished at least one point
+        if sh("grep -l '\"m\": 1,' /var/lib/benchmark-cycle/results/*-tp1-torch.json 2>/dev/null | "
+              "xargs -r ls -t | head -1").strip() and sh("pgrep -f '[b]c_marlin' || true").strip():
+            break
+        time.sleep(0.3)
+    sh("pkill -KILL -f '[b]c_marlin'")
+    killed = time.time()
+    out, _ = proc.communicate(timeout=300)
+    events = read_events(Path("/tmp/bc-kill-events.jsonl"))
+    assert proc.returncode != 0
+    assert "killed by SIGKILL (not the OOM killer" in out, out[-3000:]
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    new = [d for d in (ROOT / "results/lab1").glob("*") if d not in stamp_dirs]
+    partial = [p for d in new for p in (d / "partial").glob("*.json")]
+    assert partial, new
+    points = json.loads(partial[0].read_text())["points"]
+    assert points and points[0]["m"] == 1
+    detected = next(e["t"] for e in events if e["event"] == "failed" and e["task"] == "gpu_benchmark : Sweep tp1 torch")
+    reliability(fault="sweep killed", injected="SIGKILL to the sweep process after its first point",
+                did="sweep task failed naming SIGKILL (not the OOM killer); finished points fetched; service restarted; play failed",
+                service_after=after, data_kept=f"{len(points)} finished point(s) in results/lab1/<stamp>/partial/",
+                detect_s=detected - killed, run_s=None)
+
+
+@pytest.fixture
+def memory_cap() -> Iterator[None]:
+    subprocess.run(["podman", "update", "--memory", "1500m", CONTAINER], check=True, capture_output=True)
+    try:
+        yield
+    finally:  # lift it again (above the VM's memory: no limit in effect)
+        subprocess.run(["podman", "update", "--memory", "256g", CONTAINER], check=True, capture_output=True)
+
+
+def test_sweep_killed_by_the_kernel_oom_killer_is_named_as_such(llama, memory_cap, reliability):
+    # the host's memory cgroup is capped at 1.5 GB and the sweep needs ~3.4 GiB: the kernel's OOM killer picks it
+    with sweep_death() as seen:
+        run = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_shape": BIG_SHAPE, "bc_sweep_batch_sizes": [1, 2]})
+    assert run.rc != 0
+    assert "killed by SIGKILL from the kernel's OOM killer" in run.out, run.out[-3000:]
+    assert "the service was started again and answers correctly" in run.out
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    reliability(fault="sweep OOM-killed", injected="memory cgroup of the host capped at 1.5 GB, sweep needs 3.4 GiB",
+                did="sweep task failed naming the kernel's OOM killer and the memory needed; service restarted; play failed",
+                service_after=after, data_kept="history.jsonl intact; no point had finished",
+                detect_s=run.at("Sweep tp1 torch", "failed") - seen["died"], run_s=run.seconds)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_playbook_interrupted_mid_sweep_then_rerun_brings_the_service_back(llama, reliability, sig):
+    assert not sh("pgrep -af [b]c_marlin || true").strip()  # the sweep seen below is this run's
+    proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars={"bc_sweep_iters": 400}), cwd=ROOT, env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "ansible.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true"):
+        time.sleep(0.5)
+    proc.send_signal(sig)  # the controller goes away mid-sweep (Ctrl-C, a killed terminal, a lost AWX node)
+    proc.wait(timeout=60)
+    left = sh("systemctl is-active llama-lab", check=False).strip()
+    assert left != "active"  # stopped by the drain, left down: nothing on the host restarts it
+    assert "token" in sh("cat /run/lock/benchmark-cycle-llama-lab.lock/owner.json")  # and the lock held
+    run = playbook("benchmark_cycle.yml")
+    assert run.rc == 0, run.out[-3000:]
+    assert re.search(r"no\s+longer\s+runs\s+on\s+this\s+controller", run.out)  # the dead cycle's lock was broken
+    assert re.search(r"killed\s+the\s+orphaned\s+sweep\s+pid\s+\d+\s+of\s+cycle\s+llama-lab/", run.out)  # and its sweep
+    assert not sh("pgrep -af [b]c_marlin || true").strip()
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    reliability(fault=f"playbook interrupted ({sig.name})",
+                injected=f"{sig.name} to ansible-playbook mid-sweep, then the same command again",
+                did=f"interrupted run left the service {left}, its lock and its sweep running; the re-run saw the holder's "
+                    "ansible-playbook gone, broke its lock, killed its orphaned sweep, completed the cycle",
+                service_after=after, data_kept="the re-run's full results; the interrupted sweep's file stays on the host",
+                detect_s=None, run_s=run.seconds)
+
+
+def test_bad_flag_fails_fast_and_rolls_back_to_the_previous_unit(llama, reliability):
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_extra_args": ["--no-such-flag"]})
+    assert run.rc != 0
+    assert "rolled back to the previous unit, which is serving again" in run.out
+    assert "journal lines of llama-lab" in run.out and "error: invalid argument: --no-such-flag" in run.out  # the journal tail
+    assert "--no-such-flag" not in sh("cat /etc/systemd/system/llama-lab.service")
+    after = serving()
+    assert after == "active, answers 2+2=4"
+    reliability(fault="new unit fails to start", injected="an unknown server flag (bc_engine_extra_args: --no-such-flag)",
+                did="readiness failed at once (unit failed; journal: 'invalid argument'), showing the journal tail; "
+                    "previous unit restored and started; play failed",
+                service_after=after, data_kept="previous unit and env file restored from rollback/; sweep results of the run kept",
+                detect_s=run.at("Wait for the server to be ready") - run.at("service_start : Start the unit"), run_s=run.seconds)
+
+
+def test_unit_failing_systemd_analyze_verify_is_never_installed(llama, reliability):
+    before, unit_before = pid(), sh("sha256sum /etc/systemd/system/llama-lab.service")
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_binary": "/opt/missing/llama-server"})
+    assert run.rc != 0
+    assert "fails systemd-analyze verify and was not installed" in run.out and "/opt/missing/llama-server" in run.out
+    assert sh("sha256sum /etc/systemd/system/llama-lab.service") == unit_before and pid() == before  # untouched, never stopped
+    after = serving()
+    reliability(fault="unit fails verification", injected="ExecStart binary that does not exist",
+                did="refused before the drain: systemd-analyze verify names the missing binary; nothing installed, nothing stopped",
+                service_after=after + " (same PID)", data_kept="installed unit unchanged",
+                detect_s=None, run_s=run.seconds)
+
+
+def test_server_that_never_gets_ready_fails_within_the_budget_naming_the_phase(lab, reliability):
+    extra = dict(DOUBLE, bc_readiness_timeout_s=6, bc_readiness_delay_s=1)
+    extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="100000")
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc != 0
+    assert "is not ready: still warming when the 6 s budget ran out" in run.out
+    assert run.seconds < 90  # two bounded waits (the start, then the restart-as-is), not 15 minutes
+    state = sh("systemctl is-active sglang-double", check=False).strip()
+    sh("systemctl stop sglang-double")
+    reliability(fault="server never ready", injected="SGLang double that warms up for ever, 6 s budget",
+                did="waited the budget, failed naming phase 'warming'; restarted as it was, waited again; play failed",
+                service_after=f"{state} (still warming, as injected)", data_kept="sweep results of the run kept",
+                detect_s=run.at("Fail with the phase", "failed") - run.at("service_start : Start the unit"), run_s=run.seconds)
+
+
+def test_server_dying_during_the_reload_is_reported_within_one_poll(llama, reliability):
+    killed: dict[str, float] = {}
+
+    def killer() -> None:  # the start job is killed 1 s into its 3 s ExecStartPre (the lab's stand-in for a long load)
+        t = kill_during_start_pre(CONTAINER, "llama-lab")
+        if t is not None:
+            killed["t"] = t
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_start_delay_s": 3, "bc_readiness_delay_s": 1})
+    thread.join(timeout=5)
+    assert run.rc != 0
+    assert "llama-lab is not ready: unit llama-lab.service: the server process exited" in run.out  # phase failed, with why
+    # the unit differed from the installed one (the start delay), so the kept unit is put back and started
+    assert "did not come up; rolled back to the previous unit, which is serving again" in run.out
+    detect = run.at("Fail with the phase", "failed") - killed["t"]
+    assert detect <= 1.0 + 1.0  # one poll interval (1 s) plus one probe's round trip
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    reliability(fault="server dies during the reload", injected="SIGKILL to the start job 1 s into a 3 s load; poll interval 1 s",
+                did="readiness failed at the next probe (phase failed: 'the server process exited ... about to restart it'), "
+                    "journal tail shown; rolled back to the kept unit, started, waited; play failed",
+                service_after=after, data_kept="sweep results of the run kept", detect_s=detect, run_s=run.seconds)
+
+
+def in_flight_request(port: int = 30001, seconds: int = 60) -> None:
+    body = '{"prompt":"x","max_tokens":40}'
+    sh(f"(curl -s -m {seconds} -d '{body}' http://127.0.0.1:{port}/v1/completions >/dev/null &) ; sleep 0.5")
+
+
+@pytest.mark.parametrize("policy", ["abort", "force"])
+def test_drain_that_never_reaches_zero_honours_the_deadline(lab, reliability, policy):
+    extra = dict(DOUBLE, bc_drain_deadline_s=3, bc_drain_on_deadline=policy)
+    extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_TOKEN_MS="1000", BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="0.2")
+    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0  # applies the env, serves
+    before = sh("systemctl show -p ExecMainPID --value sglang-double").strip()
+    in_flight_request()  # a client holds a 40 s request open
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    waited = run.at("Wait for in-flight requests to finish") - run.at("Wait for in-flight requests to finish", "start")
+    assert 3 <= waited < 3 + 3  # the deadline, plus at most one probe interval
+    pid_after = sh("systemctl show -p ExecMainPID --value sglang-double").strip()
+    state = sh("systemctl is-active sglang-double", check=False).strip()
+    if policy == "abort":
+        assert run.rc != 0
+        assert "drain deadline passed: 1.0 request(s) still in flight" in run.out
+        assert "set service_drain_on_deadline=force" in run.out
+        assert pid_after == before  # never stopped
+        did = "drain gave up at the deadline; cycle aborted before the stop, service untouched; play failed naming the fix"
+    else:
+        assert run.rc == 0, run.out[-3000:]
+        assert re.search(r"forced: true", run.out) and re.search(r"in_flight_at_stop: '?1", run.out)
+        assert pid_after != before
+        did = "drain gave up at the deadline; stopped anyway (1 request cut), swept, restarted; play succeeded with forced: true"
+    assert no_lock()
+    sh("systemctl stop sglang-double")
+    reliability(fault=f"drain never reaches zero ({policy})", injected="a client holds a 40 s request; deadline 3 s; "
+                f"bc_drain_on_deadline={policy}", did=did, service_after=f"{state} (SGLang double)",
+                data_kept="-" if policy == "abort" else "full results", detect_s=waited, run_s=run.seconds)
+
+
+def test_second_cycle_while_one_runs_is_refused(llama, reliability):
+    first = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars={"bc_sweep_iters": 100}), cwd=ROOT, env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "ansible.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true"):
+        time.sleep(0.3)
+    second = playbook("benchmark_cycle.yml")
+    lock_modes = sh("stat -c %a /run/lock/benchmark-cycle-llama-lab.lock /run/lock/benchmark-cycle-llama-lab.lock/owner.json").split()
+    out, _ = first.communicate(timeout=300)
+    assert lock_modes == ["700", "600"]  # the held lock is the owner's alone
+    assert second.rc != 0 and "another benchmark cycle holds" in second.out
+    assert re.search(r"\(pid \d+\)", second.out)  # names the holder's process
+    assert first.returncode == 0, out[-3000:]  # the first one was not disturbed
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    reliability(fault="second cycle while one runs", injected="the same playbook started again during the first one's sweep",
+                did="refused at the lock naming the holder (cycle, user@controller, pid, age); the first cycle completed",
+                service_after=after, data_kept="the first cycle's full results", detect_s=None, run_s=second.seconds)
+
+
+def test_stale_lock_is_explained_and_broken_only_on_request(llama, reliability):
+    owner = json.dumps({"token": "other-cycle", "user": "alice", "controller": "awx-1", "pid": "4242", "started": "earlier"})
+    sh(f"mkdir -p /run/lock/benchmark-cycle-llama-lab.lock && echo '{owner}' > /run/lock/benchmark-cycle-llama-lab.lock/owner.json")
+    before = pid()
+    run = playbook("benchmark_cycle.yml")
+    assert run.rc != 0 and "another benchmark cycle holds" in run.out and "alice@awx-1" in run.out
+    assert "cannot be broken" in run.out
+    assert pid() == before  # untouched
+    sh("touch -d '3 hours ago' /run/lock/benchmark-cycle-llama-lab.lock")
+    stale = playbook("benchmark_cycle.yml")
+    assert stale.rc != 0 and "may be stale" in stale.out and pid() == before
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_lock_break": True})
+    assert run.rc == 0, run.out[-3000:]
+    after = serving()
+    assert after == "active, answers 2+2=4" and no_lock()
+    reliability(fault="stale lock", injected="a 3-hour-old lock of another controller's cycle",
+                did="refused, saying the lock may be stale and how to break it; broken only with bc_lock_break=true, then the cycle ran",
+                service_after=after, data_kept="the broken lock's owner is reported", detect_s=None, run_s=stale.seconds)
+
+
+def test_typos_and_unknown_settings_are_refused_before_anything_is_touched(llama, reliability):
+    before = pid()
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_readines_timeout_s": 5})
+    assert run.rc != 0
+    assert "bc_readines_timeout_s -> did you mean bc_readiness_timeout_s?" in run.out
+    run2 = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_settings": {"model_path": "/opt/lab-model/lab-tiny.gguf",
+                                                                             "mem_fration_static": 0.8}})
+    assert run2.rc != 0 and "service_unit_settings.mem_fration_static. Supported parameters include" in run2.out
+    assert pid() == before  # never stopped
+    reliability(fault="typo in the inventory", injected="bc_readines_timeout_s; bc_engine_settings.mem_fration_static",
+                did="refused in the preflight naming the closest known variable; "
+                    "an unknown engine setting refused by the role's argument spec",
+                service_after=serving() + " (same PID)", data_kept="-", detect_s=None, run_s=run.seconds)
+
+
+def test_sweep_backend_missing_is_refused_before_the_stop(llama, reliability):
+    before = pid()
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_python": "/usr/bin/python3"})
+    assert run.rc != 0
+    assert "/usr/bin/python3 on lab1 cannot import the torch backend" in run.out and "Install torch in that Python" in run.out
+    assert pid() == before
+    reliability(fault="sweep backend missing", injected="bc_sweep_python without torch",
+                did="refused in the preflight (one import check on the host), before the drain", service_after=serving() + " (same PID)",
+                data_kept="-", detect_s=None, run_s=run.seconds)
+
+
+def test_leftover_server_processes_are_killed_and_other_services_left_alone(llama, reliability):
+    # a server process outside any unit (a hand-started run, an orphaned child) and a same-named one in another service
+    sh("systemd-run --unit other-llama --property=Type=exec bash -c 'exec -a llama-server-other-service sleep 600'")
+    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c", "exec -a llama-server-orphan sleep 600"])
+    time.sleep(0.5)
+    run = playbook("benchmark_cycle.yml")
+    assert run.rc == 0, run.out[-3000:]
+    assert re.search(r"leftover_processes:\s*\n\s*- \d+ llama-server-orphan 600", run.out), run.out[-2500:]
+    assert re.search(r"leftovers_killed: true", run.out)
+    assert not sh("pgrep -f '[l]lama-server-orphan' || true").strip()  # [l]: not this shell's own command line
+    assert sh("systemctl is-active other-llama").strip() == "active"  # another service's process is not ours
+    sh("systemctl stop other-llama")
+    after = serving()
+    reliability(fault="server processes left after the stop", injected="an orphan named llama-server-orphan, and one inside another unit",
+                did="the orphan found by the engine profile's process names and SIGKILLed, recorded in the drain report; "
+                    "the other unit's process left alone",
+                service_after=after, data_kept="full results", detect_s=None, run_s=run.seconds)
