@@ -115,6 +115,15 @@ def int_list(value: Any, name: str = "value") -> list[int]:
     return out
 
 
+def oom_kills_since(vmstat: str, before: Any) -> int:
+    """How many processes the kernel's OOM killer killed since the count `before`, from the text of
+    /proc/vmstat (its `oom_kill` line); 0 when either count is unknown."""
+    match = re.search(r"(?m)^oom_kill (\d+)$", vmstat or "")
+    if match is None or before is None or str(before).strip() in ("", "None"):
+        return 0
+    return max(0, int(match.group(1)) - int(before))
+
+
 def closest(known: list[str], name: str) -> str:
     """The known name closest to `name` (for "did you mean" messages), or "-" when none is close."""
     match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -128,5 +137,5 @@ class FilterModule:
             "bc_sweep_compare": sweep_compare, "bc_sweep_table": sweep_table,
             "bc_merge_reference": merge_reference, "bc_flag_for_version": flag_for_version,
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
-            "bc_reload_line": reload_line,
+            "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
         }

@@ -179,7 +179,7 @@ def ssh_opts(key: Path) -> list[str]:
             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
 
 
-def up(count: int) -> None:
+def up(count: int, instance_config: Path | None = None) -> None:
     if count < 1:
         raise SystemExit("lab: N must be at least 1")
     ref = build_image()
@@ -196,7 +196,7 @@ def up(count: int) -> None:
             "-p", f"127.0.0.1:{ssh_port}:22", "-p", f"127.0.0.1:{http_port}:{SERVICE_PORT}",
             "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro,Z",
             ref, "/sbin/init",
-        ], stdout=subprocess.DEVNULL)
+        ], stdout=subprocess.DEVNULL, cwd=STATE)  # conmon keeps this cwd, and writes a file "oom" there on an OOM kill
         hosts[f"lab{i}"] = {
             "ansible_host": "127.0.0.1", "ansible_port": ssh_port,
             "lab_container": name, "lab_http_port": http_port,
@@ -204,6 +204,10 @@ def up(count: int) -> None:
     for i in range(1, count + 1):
         wait_ssh(SSH_PORT_BASE + i, key)
     write_inventory(hosts, key)
+    if instance_config:  # molecule's delegated driver reads how to reach each instance from here
+        instance_config.write_text(json.dumps([
+            {"instance": name, "address": hv["ansible_host"], "port": hv["ansible_port"], "user": "root", "identity_file": str(key)}
+            for name, hv in hosts.items()], indent=1) + "\n", encoding="utf-8")
     print(f"lab: {count} host(s) up in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
@@ -234,16 +238,17 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("image")
     p_up = sub.add_parser("up")
     p_up.add_argument("count", nargs="?", type=int, default=int(os.environ.get("BC_LAB_HOSTS", "1")))
+    p_up.add_argument("--instance-config", type=Path, help="also write molecule's instance config (YAML) here")
     sub.add_parser("down")
     sub.add_parser("mirror")
     sub.add_parser("artifacts").add_argument("--shell", action="store_true")
     args = parser.parse_args(argv)
     if shutil.which("podman") is None and args.cmd in ("image", "up", "down"):
-        raise SystemExit("lab: podman is not installed; run `make setup`")
+        raise SystemExit("lab: podman is not installed; run `./tasks setup`")
     if args.cmd == "image":
         print(build_image())
     elif args.cmd == "up":
-        up(args.count)
+        up(args.count, args.instance_config)
     elif args.cmd == "down":
         down()
     elif args.cmd == "mirror":

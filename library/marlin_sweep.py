@@ -97,6 +97,7 @@ gpus: {description: "GPUs with index, name, free_mib, total_mib (empty without n
 backend_importable: {description: O(python) imports the backend., returned: with preflight, type: bool}
 backend_error: {description: The import error's last line., returned: with preflight when not importable, type: str}
 orphans_killed: {description: "Orphaned sweeps of the same unit killed before this one (pid, tag).", returned: success, type: list}
+oom_kills: {description: "The OOM kill count (/proc/vmstat oom_kill) at the preflight.", returned: with preflight, type: int}
 oom_killed: {description: "The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).", returned: when killed, type: bool}
 environment: {description: GPU, driver, torch, sglang, python versions., returned: success, type: dict}
 check: {description: Relative error of the sglang output against the fp32 reference., returned: with sglang, type: dict}
@@ -203,6 +204,16 @@ def kill_orphans(module: AnsibleModule, tag: str) -> list[dict[str, Any]]:
     return killed
 
 
+def expendable() -> None:
+    """In the sweep's child, before exec: if the host runs out of memory, the kernel's OOM killer
+    takes the benchmark first, never the inference server or sshd (oom_score_adj 1000)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+
+
 def oom_kills() -> int | None:
     """The kernel's count of OOM kills (/proc/vmstat oom_kill, Linux >= 4.13), None if unknown."""
     try:
@@ -268,7 +279,7 @@ def main() -> None:
     if module.check_mode:
         if p["preflight"]:
             ok, why = backend_check(module, p["python"] or sys.executable, p["backend"])
-            plan.update(gpus=list_gpus(module), backend_importable=ok, backend_error=why)
+            plan.update(gpus=list_gpus(module), backend_importable=ok, backend_error=why, oom_kills=oom_kills())
         module.exit_json(changed=False, plan=plan, **plan)
 
     out_dir = os.path.dirname(p["output"]) or "."
@@ -281,7 +292,8 @@ def main() -> None:
     ooms_before = oom_kills()
     try:
         proc = subprocess.run([python, "-m", SWEEP_ARGV] + (["--tag", p["tag"]] if p["tag"] else []), input=json.dumps(cfg), text=True,
-                              capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage)
+                              capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage,
+                              preexec_fn=expendable)
     except subprocess.TimeoutExpired:
         module.fail_json(msg="the sweep ran past timeout=%d s and was killed; finished points are in %s"
                          % (p["timeout"], p["output"]), output=p["output"], **plan)

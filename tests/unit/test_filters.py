@@ -1,7 +1,7 @@
 """Filter plugins: pure functions, driven with literal inputs."""
 
 import pytest
-from bc_filters import FilterModule, cli_args, closest, flag_for_version, int_list, reload_line, systemd_quote
+from bc_filters import FilterModule, cli_args, closest, flag_for_version, int_list, oom_kills_since, reload_line, systemd_quote
 
 F = FilterModule().filters()
 
@@ -100,3 +100,11 @@ def test_int_list_accepts_survey_strings_and_names_bad_values():
         int_list("1,x", "bc_sweep_tp_sizes")
     with pytest.raises(ValueError, match="0 is not positive"):
         int_list("0")
+
+
+def test_oom_kills_since_reads_proc_vmstat():
+    vmstat = "pgfault 123\noom_kill 7\nnr_free_pages 9\n"
+    assert oom_kills_since(vmstat, 5) == 2
+    assert oom_kills_since(vmstat, "7") == 0
+    assert oom_kills_since(vmstat, None) == 0  # no count before: nothing claimed
+    assert oom_kills_since("pgfault 1\n", 3) == 0  # a kernel without the counter
