@@ -140,26 +140,39 @@ def serving(port: int = 8080, container: str = CONTAINER) -> str:
 
 
 # -- the reliability table (docs/reliability.md): one row per fault test, every cell measured -----
+# The faults and the fleet scenarios are separate pytest sessions: each one replaces the rows of the
+# tests it ran (a test that failed loses its row) in <doc>.json and renders the whole table again.
 ROWS: list[dict[str, Any]] = []
+RAN: set[str] = set()
+
+
+def test_id(item: pytest.Item) -> str:
+    return f"{Path(str(item.fspath)).name}::{item.name}"
 
 
 @pytest.fixture
 def reliability(request: pytest.FixtureRequest):
     def record(**row: Any) -> None:
-        ROWS.append(dict(row, test=f"{Path(request.node.fspath).name}::{request.node.name}"))
+        ROWS.append(dict(row, test=test_id(request.node)))
     return record
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    RAN.add(f"{Path(location[0]).name}::{location[2].split('.')[-1]}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not ROWS:
         return
-    from reliability import render
+    from reliability import merge, render
 
-    out = Path(os.environ.get("BC_RELIABILITY_DOC", ROOT / "results" / "reliability.md"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    (ROOT / "results").mkdir(exist_ok=True)
-    (ROOT / "results" / "reliability.json").write_text(json.dumps(ROWS, indent=1))
-    out.write_text(render(ROWS, complete=exitstatus == 0))
+    doc = Path(os.environ.get("BC_RELIABILITY_DOC", ROOT / "results" / "reliability.md"))
+    data = doc.with_suffix(".json")
+    kept = json.loads(data.read_text()) if data.exists() else []
+    rows = merge(kept, ROWS, RAN, ROOT / "tests" / "integration")
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text(json.dumps(rows, indent=1) + "\n")
+    doc.write_text(render(rows, complete=exitstatus == 0))
 
 
 DOUBLE = {
