@@ -21,6 +21,7 @@ from bc_sweepstats import (
     sweep_compare,
     sweep_table,
 )
+from bc_unit import UnitError, check_name
 
 
 def sweep_knee(points: list[dict[str, Any]], num_experts: int | None = None, tolerance: float = 0.10) -> dict[str, Any]:
@@ -115,6 +116,16 @@ def int_list(value: Any, name: str = "value") -> list[int]:
     return out
 
 
+def unit_name_problem(name: str, field: str = "bc_unit") -> str:
+    """'' for a valid systemd unit name, else the error (the rule is bc_unit.check_name's, the
+    module's own, so that the preflight refuses exactly what inference_unit would)."""
+    try:
+        check_name(str(name), field)
+    except UnitError as err:
+        return str(err)
+    return ""
+
+
 def oom_kills_since(vmstat: str, before: Any) -> int:
     """How many processes the kernel's OOM killer killed since the count `before`, from the text of
     /proc/vmstat (its `oom_kill` line); 0 when either count is unknown."""
@@ -137,5 +148,5 @@ class FilterModule:
             "bc_sweep_compare": sweep_compare, "bc_sweep_table": sweep_table,
             "bc_merge_reference": merge_reference, "bc_flag_for_version": flag_for_version,
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
-            "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
+            "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since, "bc_unit_name_problem": unit_name_problem,
         }

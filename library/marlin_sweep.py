@@ -170,9 +170,8 @@ SWEEP_ARGV = "ansible.module_utils.bc_marlin"
 
 def sweeps_running() -> list[tuple[int, str]]:
     """Sweep processes on this host (pid, tag): `python -m ansible.module_utils.bc_marlin --tag T`."""
-    mine, others = list_processes("")
     found = []
-    for pid, cmd in mine + [(p, c) for p, c, _s in others]:
+    for pid, cmd, _service in list_processes():
         words = cmd.split()
         if SWEEP_ARGV in words:
             found.append((pid, words[words.index("--tag") + 1] if "--tag" in words[:-1] else ""))
@@ -198,8 +197,8 @@ def kill_orphans(module: AnsibleModule, tag: str) -> list[dict[str, Any]]:
         elif other.split("/", 1)[0] != unit:
             module.warn("another sweep runs on this host (pid %d, %s): results may be skewed if it shares the device"
                         % (pid, other or "untagged"))
-    deadline = time.monotonic() + 10
-    while killed and any(pid in [k["pid"] for k in killed] for pid, _t in sweeps_running()) and time.monotonic() < deadline:
+    gone, deadline = {k["pid"] for k in killed}, time.monotonic() + 10  # wait until their memory is released
+    while gone & {pid for pid, _tag in sweeps_running()} and time.monotonic() < deadline:
         time.sleep(0.1)
     return killed
 

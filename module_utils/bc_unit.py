@@ -35,11 +35,12 @@ class UnitError(Exception):
     """A step failed; the message names the unit, the step and what to do."""
 
 
-def check_name(name: str) -> str:
+def check_name(name: str, field: str = "name") -> str:
+    """The unit name without .service, or a UnitError naming `field` (the option or inventory variable)."""
     if name.endswith(".service"):
         name = name[: -len(".service")]
     if not name or not UNIT_NAME.match(name):
-        raise UnitError("name=%r is not a systemd unit name (letters, digits and :_.\\@- only, without .service)" % name)
+        raise UnitError("%s=%s is not a systemd unit name (letters, digits and :_.\\@- only, without .service)" % (field, name))
     return name
 
 
@@ -82,13 +83,11 @@ def owning_service(cgroup: str) -> str | None:
     return None
 
 
-def list_processes(own_service: str, proc_root: str = "/proc") -> tuple[list[tuple[int, str]], list[tuple[int, str, str]]]:
-    """Processes that may be this unit's leftovers: every pid and command line except this
-    module's own interpreter and its parents, and except processes of other systemd services,
-    which are returned apart (pid, command line, service) and never touched: a second inference
-    service on the same host is not ours to kill."""
+def list_processes(proc_root: str = "/proc") -> list[tuple[int, str, str | None]]:
+    """Every process's pid, command line and systemd service (None outside one), except this
+    module's own interpreter and its parents, kernel threads and zombies."""
     skip = {os.getpid(), os.getppid()}
-    procs, others = [], []
+    procs = []
     for entry in os.listdir(proc_root):
         if not entry.isdigit() or int(entry) in skip:
             continue
@@ -99,13 +98,9 @@ def list_processes(own_service: str, proc_root: str = "/proc") -> tuple[list[tup
                 service = owning_service(fh.read())
         except OSError:
             continue  # gone meanwhile
-        if not cmd:
-            continue  # a kernel thread or a zombie
-        if service and service != own_service:
-            others.append((int(entry), cmd, service))
-        else:
-            procs.append((int(entry), cmd))
-    return procs, others
+        if cmd:
+            procs.append((int(entry), cmd, service))
+    return procs
 
 
 def parse_gpu_memory(csv: str) -> dict[int, int]:
@@ -215,8 +210,11 @@ class Unit:
         service = self.name + ".service"
 
         def scan() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-            mine, others = list_processes(service, proc_root)
-            return match_processes(mine, patterns), match_processes([(pid, cmd) for pid, cmd, _s in others], patterns)
+            """Server processes outside any other service (ours to kill), and those inside another
+            service (a second inference service on the host is not ours: left alone, reported)."""
+            procs = list_processes(proc_root)
+            return (match_processes([(p, c) for p, c, s in procs if s in (None, service)], patterns),
+                    match_processes([(p, c) for p, c, s in procs if s not in (None, service)], patterns))
 
         state = self.show("ActiveState")["ActiveState"]
         was_active = state in ACTIVE_STATES

@@ -1,7 +1,17 @@
 """Filter plugins: pure functions, driven with literal inputs."""
 
 import pytest
-from bc_filters import FilterModule, cli_args, closest, flag_for_version, int_list, oom_kills_since, reload_line, systemd_quote
+from bc_filters import (
+    FilterModule,
+    cli_args,
+    closest,
+    flag_for_version,
+    int_list,
+    oom_kills_since,
+    reload_line,
+    systemd_quote,
+    unit_name_problem,
+)
 
 F = FilterModule().filters()
 
@@ -108,3 +118,8 @@ def test_oom_kills_since_reads_proc_vmstat():
     assert oom_kills_since(vmstat, "7") == 0
     assert oom_kills_since(vmstat, None) == 0  # no count before: nothing claimed
     assert oom_kills_since("pgfault 1\n", 3) == 0  # a kernel without the counter
+
+
+def test_unit_name_problem_names_the_inventory_variable():
+    assert unit_name_problem("sglang-k26-ddtree") == ""
+    assert unit_name_problem("llama-lab;touch /tmp/x").startswith("bc_unit=llama-lab;touch /tmp/x is not a systemd unit name")

@@ -104,9 +104,9 @@ def test_list_processes_finds_a_real_renamed_process_and_not_itself():
     proc = subprocess.Popen(["bash", "-c", "exec -a sglang::scheduler_TP0 sleep 30"])
     try:
         time.sleep(0.2)
-        mine, _others = list_processes("bc-test.service")
-        assert (proc.pid, "sglang::scheduler_TP0 30") in mine
-        assert os.getpid() not in [pid for pid, _ in mine]
+        procs = {pid: cmd for pid, cmd, _service in list_processes()}
+        assert procs.get(proc.pid) == "sglang::scheduler_TP0 30"
+        assert os.getpid() not in procs
     finally:
         proc.kill()
         proc.wait()
