@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import sys
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
+from bc_engines import profile
+from bc_host import redact as _redact
 from bc_sweepstats import (
     knee as _knee,
 )
@@ -22,6 +25,11 @@ from bc_sweepstats import (
     sweep_table,
 )
 from bc_unit import UnitError, check_name
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}[$]?$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*$")
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def sweep_knee(points: list[dict[str, Any]], num_experts: int | None = None, tolerance: float = 0.10) -> dict[str, Any]:
@@ -141,6 +149,107 @@ def closest(known: list[str], name: str) -> str:
     return match[0] if match else "-"
 
 
+def env_lines(env: dict[str, Any], field: str = "bc_engine_env") -> str:
+    """systemd EnvironmentFile lines for `env`: names checked (a newline in a name would inject a
+    line of its own), values double-quoted with the four characters systemd unescapes inside double
+    quotes (backslash, quote, backtick, dollar) escaped, UTF-8 kept as it is."""
+    lines = []
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            raise ValueError("%s: %r is not an environment variable name (letters, digits and _, not starting with a digit)"
+                             % (field, key))
+        text = "" if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+        if CONTROL.search(text):
+            raise ValueError("%s.%s holds a control character (a newline?): environment values are one line" % (field, key))
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
+        lines.append('%s="%s"' % (key, escaped))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def api_key_transport(engine: str) -> dict[str, str]:
+    """How `engine` takes its API key without the command line: {"env": NAME} or
+    {"config_flag": FLAG, "config_key": KEY} (module_utils/bc_engines.py, with the sources)."""
+    return dict(profile(engine)["api_key"])
+
+
+def redact(text: Any, secrets: Any = ()) -> str:
+    """`text` with the given secret values and every secret-looking field's value removed."""
+    values = [secrets] if isinstance(secrets, str) else list(secrets or [])
+    return _redact(str(text), [str(v) for v in values if v])
+
+
+def safe_name(name: Any, field: str) -> str:
+    """`name` when it is safe as one path component (no /, no .., no leading . or -), else an error."""
+    text = str(name)
+    if not SAFE_NAME.match(text):
+        raise ValueError("%s=%r cannot name a file: letters, digits and _.:@- only, not starting with . or -" % (field, text))
+    return text
+
+
+def posix_name(name: Any, field: str) -> str:
+    """A user or group name for User=/Group=, or an error naming `field` (a newline would inject a line)."""
+    text = str(name)
+    if not POSIX_NAME.match(text):
+        raise ValueError("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, text[:40]))
+    return text
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def settings_problems(v: dict[str, Any]) -> list[str]:
+    """Every problem of the cycle's settings, each naming the bc_* variable and the fix; [] when
+    all are sound. Never quotes a secret's value."""
+    problems = []
+    choices = {"bc_stop_policy": ["auto", "always", "never"], "bc_drain_on_deadline": ["abort", "force"]}
+    for key, allowed in choices.items():
+        if v.get(key) is not None and v[key] not in allowed:
+            problems.append("%s=%s: use one of %s" % (key, v[key], "|".join(allowed)))
+    # (name, minimum, maximum): seconds and counts that must be finite numbers in range
+    ranges = [("bc_readiness_timeout_s", 1, 86400), ("bc_readiness_delay_s", 1, 3600), ("bc_drain_deadline_s", 0, 86400),
+              ("bc_sweep_poll_s", 1, 3600), ("bc_sweep_timeout_s", 1, 7 * 86400), ("bc_port", 1, 65535),
+              ("bc_lock_stale_after_s", 1, 30 * 86400), ("bc_job_budget_s", 0, 30 * 86400), ("bc_sweep_device", 0, 1024),
+              ("bc_stop_timeout_s", 1, 86400), ("bc_switch_margin_s", 0, 86400)]
+    for key, low, high in ranges:
+        if v.get(key) is None:
+            continue
+        number = _number(v[key])
+        if number is None or not low <= number <= high:
+            hint = " (0 would detach the sweep: the service would start while it still runs)" if key == "bc_sweep_poll_s" else ""
+            problems.append("%s=%s: give a number from %s to %s%s" % (key, v[key], low, high, hint))
+    key = v.get("bc_api_key")
+    if key is not None and key != "":
+        if not isinstance(key, str) or CONTROL.search(key) or key != key.strip() or re.search(r"\s", key):
+            problems.append("bc_api_key holds whitespace or a control character (a trailing newline from a file?): "
+                            "strip it (the value is not shown)")
+    for field in ("bc_service_user", "bc_service_group"):
+        if v.get(field) is not None and not POSIX_NAME.match(str(v[field])):
+            problems.append("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, str(v[field])[:40]))
+    if v.get("bc_unit") is not None:
+        problem = unit_name_problem(v["bc_unit"])
+        if problem:
+            problems.append(problem)
+    if v.get("bc_results_dir") is not None and not str(v["bc_results_dir"]).startswith("/"):
+        problems.append("bc_results_dir=%s: give an absolute path (under AWX, a volume that outlives the job)" % v["bc_results_dir"])
+    try:
+        env_lines(v.get("bc_engine_env") or {})
+    except ValueError as err:
+        problems.append(str(err))
+    return problems
+
+
+def cycle_budget(phases: dict[str, Any]) -> dict[str, Any]:
+    """The cycle's worst case, phase by phase, in seconds: what an AWX job timeout must exceed
+    (it kills the job and skips `always`, so a cycle that may outlast it is refused)."""
+    worst = {k: round(float(v), 1) for k, v in phases.items()}
+    return {"phases": worst, "total_s": round(sum(worst.values()), 1)}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -148,5 +257,9 @@ class FilterModule:
             "bc_sweep_compare": sweep_compare, "bc_sweep_table": sweep_table,
             "bc_merge_reference": merge_reference, "bc_flag_for_version": flag_for_version,
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
-            "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since, "bc_unit_name_problem": unit_name_problem,
+            "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
+            "bc_unit_name_problem": unit_name_problem,
+            "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport, "bc_redact": redact,
+            "bc_safe_name": safe_name, "bc_posix_name": posix_name,
+            "bc_settings_problems": settings_problems, "bc_cycle_budget": cycle_budget,
         }

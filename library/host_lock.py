@@ -15,13 +15,25 @@ description:
   - A lock held by someone else fails the task with who holds it and since when. A lock older than
     O(stale_after) is broken only when O(break_stale=true); a younger one never is.
   - O(state=absent) removes the lock only when its token is O(token) (another cycle's lock is left alone).
+  - The holder records its progress in the lock (O(record), e.g. that it stopped the service or took
+    the host out of the router) with a heartbeat and a lease (O(expires_in)). A lock whose lease ran
+    out belongs to a dead cycle, whatever controller ran it (under AWX each job runs in a new
+    container). It is taken over, and its record returned, so that the new cycle finishes the dead
+    one's work (start the service, put it back in the router).
 version_added: "1.0.0"
 options:
   path: {description: Lock directory., type: path, required: true}
   state: {description: Take (present) or release (absent) the lock., type: str, choices: [present, absent], default: present}
   token: {description: This cycle's identity; only the holder of the token releases the lock., type: str, required: true}
-  owner: {description: Extra owner facts to record (controller, user, pid, playbook)., type: dict, default: {}}
-  stale_after: {description: Seconds after which a held lock may be broken., type: int, default: 7200}
+  owner: {description: "Extra owner facts to record (controller, user, pid, playbook).", type: dict, default: {}}
+  stale_after: {description: Seconds after which a held lock may be broken (with O(break_stale))., type: int, default: 7200}
+  record: {description: Facts of the holder's progress merged into the lock (only by the holder)., type: dict, default: {}}
+  expires_in:
+    description:
+      - Seconds the holder's lease lasts from now; renewed on every call by the holder. 0 keeps the lease as it is.
+    type: int
+    default: 0
+  take_expired: {description: Take over a lock whose lease has run out (its holder is dead)., type: bool, default: true}
   break_stale: {description: Break a lock older than O(stale_after)., type: bool, default: false}
   break_token:
     description:
@@ -30,8 +42,9 @@ options:
     type: str
 author:
   - benchmark-cycle contributors
-notes:
-  - Supports check mode (reports whether the lock could be taken, takes nothing).
+attributes:
+  check_mode: {support: full, description: Reports whether the lock could be taken; takes nothing.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
@@ -46,11 +59,17 @@ RETURN = r"""
 holder: {description: Owner facts of the lock found (this cycle's after a take)., returned: always, type: dict}
 age_s: {description: Age of a lock that was already held., returned: when held by another, type: int}
 broken: {description: A stale lock was broken to take this one., returned: state=present, type: bool}
+broken_holder:
+  description: The owner facts and record of the lock that was broken (what the dead cycle left undone).
+  returned: when broken
+  type: dict
+  sample: {token: 20261201T083500Z-42, record: {stopped: true, lb_removed: true}, expires: 1764578100.0}
 """
 
 import json
 import os
 import shutil
+import tempfile
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -66,17 +85,27 @@ def read_owner(path: str) -> dict[str, Any]:
         return {"token": "unknown (no readable owner.json)"}
 
 
+def write_owner(path: str, owner: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".owner.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(owner, fh, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, os.path.join(path, "owner.json"))
+
+
 def take(path: str, owner: dict[str, Any]) -> bool:
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         return False
-    tmp = os.path.join(path, ".owner.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(owner, fh, indent=1, sort_keys=True)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, os.path.join(path, "owner.json"))
+    write_owner(path, owner)
     return True
+
+
+def expired(holder: dict[str, Any], now: float) -> bool:
+    """The holder's lease ran out: it renews it while it lives, so it is dead."""
+    expires = holder.get("expires")
+    return isinstance(expires, (int, float)) and expires > 0 and now > expires
 
 
 def main() -> None:
@@ -89,11 +118,19 @@ def main() -> None:
             "stale_after": {"type": "int", "default": 7200},
             "break_stale": {"type": "bool", "default": False},
             "break_token": {"type": "str"},
+            "record": {"type": "dict", "default": {}},
+            "expires_in": {"type": "int", "default": 0},
+            "take_expired": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     p = module.params
     path = p["path"]
+    for key in ("stale_after", "expires_in"):
+        if p[key] < 0:
+            module.fail_json(msg="%s must be >= 0 seconds, got %d (a negative age would make every lock stale)" % (key, p[key]))
+    if not p["token"].strip():
+        module.fail_json(msg="token must not be empty")
     if not os.path.isdir(os.path.dirname(path) or "/"):
         module.fail_json(msg="lock directory parent %s does not exist" % os.path.dirname(path))
     if p["state"] == "absent":
@@ -103,18 +140,32 @@ def main() -> None:
             shutil.rmtree(path)
         module.exit_json(changed=mine, holder=holder, released=mine)
 
-    owner = dict(p["owner"], token=p["token"], started=datetime.now(timezone.utc).isoformat(timespec="seconds"))  # noqa: UP017 - hosts may run Python < 3.11
+    now = time.time()
+    owner = dict(p["owner"], token=p["token"], started=datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - hosts may run Python < 3.11
+                 heartbeat=now, expires=now + p["expires_in"] if p["expires_in"] else 0, record=p["record"])
     if module.check_mode:
         module.exit_json(changed=not os.path.isdir(path), holder=read_owner(path) if os.path.isdir(path) else owner)
     if take(path, owner):
         module.exit_json(changed=True, holder=owner, broken=False)
     holder = read_owner(path)
-    if holder.get("token") == p["token"]:
-        module.exit_json(changed=False, holder=holder, broken=False)  # re-entrant for the same cycle
-    age = int(time.time() - os.stat(path).st_mtime)
-    who = "cycle %s started %s by %s@%s (pid %s), %d s ago" % (
+    if holder.get("token") == p["token"]:  # the holder again: renew the heartbeat and lease, merge its record
+        holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
+        if p["expires_in"]:
+            holder["expires"] = now + p["expires_in"]
+        write_owner(path, holder)
+        module.exit_json(changed=bool(p["record"]), holder=holder, broken=False)
+    age = int(now - os.stat(path).st_mtime)
+    if p["take_expired"] and expired(holder, now):
+        shutil.rmtree(path, ignore_errors=True)
+        if take(path, owner):
+            module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age, expired=True)
+        module.fail_json(msg="took over the expired lock %s but another cycle took it first" % path)
+    lease = holder.get("expires")
+    who = "cycle %s started %s by %s@%s (pid %s), %d s ago%s" % (
         holder.get("token"), holder.get("started", "?"), holder.get("user", "?"), holder.get("controller", "?"),
-        holder.get("pid", "?"), age)
+        holder.get("pid", "?"), age,
+        "; its lease runs %d s more (a dead holder's lock is taken over once it ends)" % (lease - now)
+        if isinstance(lease, (int, float)) and lease > now else "")
     if p["break_token"] and holder.get("token") == p["break_token"]:
         shutil.rmtree(path, ignore_errors=True)
         if take(path, owner):

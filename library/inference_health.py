@@ -13,7 +13,7 @@ description:
   - Makes one probe of an OpenAI-compatible inference server and, when O(unit) is given, reads
     the systemd unit's state and its journal since the unit started.
   - Returns structured facts on every call, ready or not, so that a task can wait with
-    C(until: result.ready or result.failed) and O(retries)/O(delay) as long as a reload takes.
+    C(until) on C(result.ready) or C(result.phase == 'failed'), with O(retries) and O(delay), as long as a reload takes.
   - Fails only when waiting is pointless - the unit failed, stopped, restarted since
     O(restarts_baseline), logged a fatal start-up error, or a ready server gave a wrong answer.
   - O(probe=load) reads the engine's in-flight gauges from its metrics endpoint, for draining.
@@ -75,10 +75,22 @@ options:
     description: Verify TLS certificates for https URLs.
     type: bool
     default: true
+  deadline:
+    description:
+      - Wall-clock end of the whole wait this probe belongs to (seconds since the epoch, on the host's clock). The
+        HTTP request is cut at what is left of it (at least 1 s) and C(deadline_passed) says when it is over, so a
+        wait of O(retries) probes ends at the deadline however slowly the server answers.
+    type: float
+  secrets:
+    description: Values removed from every text this module returns (journal lines, errors), besides O(api_key).
+    type: list
+    elements: str
+    default: []
 author:
   - benchmark-cycle contributors
-notes:
-  - Supports check mode; a probe changes nothing.
+attributes:
+  check_mode: {support: full, description: A probe changes nothing.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
@@ -153,13 +165,26 @@ answer:
   returned: when O(probe=completion) and the server answered
   type: str
 in_flight:
-  description: Running + queued requests (null when the engine exposes no such gauges).
+  description: Running + queued requests; null when unknown (metrics off, an error status, a timeout) - unknown is not zero.
   returned: when O(probe=load)
   type: float
 in_flight_by_metric:
   description: Each in-flight gauge's value.
   returned: when O(probe=load)
   type: dict
+deadline_passed:
+  description: The wait's O(deadline) is over (the probe's own phase is kept, e.g. still C(warming)).
+  returned: when O(deadline) is set
+  type: bool
+in_flight_unknown:
+  description: Why the in-flight count is unknown (an error status, no answer, no gauges).
+  returned: when O(probe=load) and in_flight is null
+  type: str
+  sample: "sglang answered HTTP 404 at /metrics"
+host_time:
+  description: The host's clock (seconds since the epoch) when the probe ended.
+  returned: always
+  type: float
 probe_ms:
   description: Time the module spent on this probe (HTTP call, systemctl, journal), without interpreter start-up.
   returned: always
@@ -188,6 +213,8 @@ from ansible.module_utils.bc_health import (
     parse_unit_show,
     startup_phases,
 )
+from ansible.module_utils.bc_host import CommandError, check_timeout, redact
+from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.urls import open_url
 
 DEFAULT_PROMPT, DEFAULT_EXPECT = "2+2=", "4"
@@ -225,8 +252,10 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int,
                read_journal: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(unit_state, journal facts) of the unit, read with argument lists (no shell). The journal
     is read only while the server is not ready: a ready probe needs no stage and costs less."""
-    rc, out, err = module.run_command(
-        ["systemctl", "show", unit, "--property=Id," + ",".join(UNIT_PROPERTIES)])
+    try:
+        rc, out, err = host_run(["systemctl", "show", "--property=Id," + ",".join(UNIT_PROPERTIES), "--", unit], 15)
+    except CommandError as exc:
+        module.fail_json(msg=str(exc))
     if rc != 0:
         module.fail_json(msg="systemctl show %s failed (rc=%d): %s" % (unit, rc, err.strip()), failed=True)
     state = parse_unit_show(out)
@@ -237,7 +266,10 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int,
     invocation = state.get("InvocationID")
     if invocation and read_journal:
         cmd = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "_SYSTEMD_INVOCATION_ID=%s" % invocation]
-        rc, out, _err = module.run_command(cmd)
+        try:
+            rc, out, _err = host_run(cmd, 15)
+        except CommandError:
+            rc, out = 1, ""  # the journal is a hint; the unit state above is the verdict
         if rc == 0:
             stage, stage_line, failure = journal_stage(out.splitlines(), engine)
             facts.update(stage=stage, stage_line=stage_line, journal_failure=failure)
@@ -246,17 +278,23 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int,
 
 def validate(module: AnsibleModule) -> None:
     p = module.params
-    parts = urlsplit(p["url"])
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        module.fail_json(msg="url %r is not an http(s) URL with a host; give e.g. http://127.0.0.1:30001" % p["url"])
     try:
+        parts = urlsplit(p["url"])
         _port = parts.port
-    except ValueError:
-        module.fail_json(msg="url %r has an invalid port" % p["url"])
+        host = parts.hostname
+    except ValueError as err:
+        module.fail_json(msg="url %r is not a valid URL (%s); give e.g. http://127.0.0.1:30001 or http://[::1]:30001"
+                         % (p["url"], err))
+    if parts.scheme not in ("http", "https") or not host:
+        module.fail_json(msg="url %r is not an http(s) URL with a host; give e.g. http://127.0.0.1:30001" % p["url"])
     if parts.path not in ("", "/"):
         module.fail_json(msg="url %r has a path; give the base URL only, the engine profile adds the endpoint" % p["url"])
-    if p["timeout"] <= 0:
-        module.fail_json(msg="timeout must be > 0 seconds, got %s" % p["timeout"])
+    try:
+        check_timeout(p["timeout"], "timeout", 3600)
+        if p["deadline"] is not None:
+            check_timeout(p["deadline"], "deadline", 1e11)
+    except ValueError as err:
+        module.fail_json(msg=str(err))
     if p["max_tokens"] < 1:
         module.fail_json(msg="max_tokens must be >= 1, got %d" % p["max_tokens"])
     if p["probe"] != "completion" and (p["prompt"] is not None or p["expect"] is not None):
@@ -281,6 +319,8 @@ def main() -> None:
             "restarts_baseline": {"type": "int"},
             "journal_lines": {"type": "int", "default": 400},
             "validate_certs": {"type": "bool", "default": True},
+            "deadline": {"type": "float"},
+            "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
         },
         supports_check_mode=True,
     )
@@ -289,6 +329,10 @@ def main() -> None:
     prof = profile(p["engine"])
     base = p["url"].rstrip("/")
     timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
+    secrets = [s for s in [p["api_key"], *p["secrets"]] if s]
+    if p["deadline"] is not None:
+        # the wait overruns its deadline by at most this one request
+        timeout = max(1.0, min(timeout, p["deadline"] - time.time()))
 
     started = time.monotonic()
     expect = None
@@ -314,25 +358,31 @@ def main() -> None:
                       unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
     result["changed"] = False
     result["url"] = base
+    result["host_time"] = round(time.time(), 3)
+    if p["deadline"] is not None:
+        result["deadline_passed"] = time.time() >= p["deadline"]
     result["probe_ms"] = round((time.monotonic() - started) * 1000, 1)
     if unit_state is not None:
         result["unit_state"] = unit_state
         result.update(jfacts)
 
     if p["probe"] == "load" and not result["failed"]:
-        if answer.status == 200:
-            total, each = in_flight(answer.body, p["engine"])
-            result.update(in_flight=total, in_flight_by_metric=each)
-            if total is None:
-                module.fail_json(msg="%s exposes none of %s at %s: start the server with metrics on"
-                                 % (p["engine"], ", ".join(prof["inflight_metrics"]), prof["metrics_path"]), **result)
-        else:
-            result.update(in_flight=None, in_flight_by_metric={})
+        # unknown is not zero: no gauges, an error status or no answer leaves in_flight null, with why
+        total, each = in_flight(answer.body, p["engine"]) if answer.status == 200 else (None, {})
+        result.update(in_flight=total, in_flight_by_metric=each)
+        if total is None:
+            result["in_flight_unknown"] = (
+                "%s answered %s at %s" % (p["engine"], "HTTP %s" % answer.status if answer.status else answer.error,
+                                          prof["metrics_path"])
+                + (" without any of %s (metrics off?)" % ", ".join(prof["inflight_metrics"]) if answer.status == 200 else ""))
     elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:
             result["startup_phases"] = startup_phases(metrics.body, p["engine"])
 
+    for key in ("reason", "stage_line", "in_flight_unknown"):
+        if isinstance(result.get(key), str):
+            result[key] = redact(result[key], secrets)
     if result["failed"]:
         module.fail_json(msg=result["reason"], **{k: v for k, v in result.items() if k != "failed"})
     module.exit_json(**result)

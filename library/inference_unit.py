@@ -16,47 +16,83 @@ description:
     (a unit that fails is never installed), keeps the installed unit and environment file for
     rollback, writes the environment file 0600 and the unit atomically, reloads systemd and
     enables the unit. Returns a diff of the unit (never of the environment file, which holds the API key).
-  - O(state=stopped) stops the unit (systemd waits up to the unit's C(TimeoutStopSec)), finds the
-    server processes left behind by the O(engine) profile's process names (SGLang can leave
-    C(sglang::scheduler_TP*) children), kills them (never a process of another systemd service:
-    a second server on the same host is not this unit's), and on a host with C(nvidia-smi) waits until
-    the GPU memory is freed.
+  - O(state=stopped) records the unit's processes (its cgroup and the descendants of its main PID),
+    stops the unit (systemd waits up to the unit's C(TimeoutStopSec)), kills those of them still alive
+    whose title or executable is exactly the O(engine) profile's (SGLang can leave
+    C(sglang::scheduler_TP*) children) and nothing else - never a process of another service, a
+    compiler or a shell whose command line merely mentions the server - and on a host with
+    C(nvidia-smi) waits until the GPU memory is freed.
   - O(state=started) clears the start-rate counter (C(reset-failed)) and starts the unit without
     waiting for the start job; readiness is a separate probe (M(inference_health)).
-  - O(state=rolled_back) puts back the unit and environment file kept by the last O(state=present)
-    that replaced them, and restarts the unit.
+  - O(state=rolled_back) puts back the files that this cycle's O(state=present) replaced (keyed by
+    O(token)) and restarts the unit; when this cycle replaced nothing, nothing is restarted.
+  - O(state=armed) arms a dead-man switch on the host (a transient systemd timer) that ends this
+    cycle's sweep and starts the unit again after O(fire_after) seconds, so the service comes back
+    even when the controller dies or the host becomes unreachable; O(state=started) and
+    O(state=disarmed) disarm it.
 version_added: "1.0.0"
 options:
   name: {description: The unit name without C(.service)., type: str, required: true}
   state:
     description: What to do with the unit.
     type: str
-    choices: [present, stopped, started, rolled_back]
+    choices: [present, stopped, started, rolled_back, armed, disarmed]
     default: present
+  token:
+    description:
+      - This cycle's identity. O(state=present) keeps the files it replaces under C(rollback/<token>/);
+        O(state=rolled_back) puts back only those, so a cycle never rolls back to another cycle's files.
+    type: str
   content: {description: The unit file text (O(state=present))., type: str}
   env_file: {description: The unit's C(EnvironmentFile)., type: path}
   env_content: {description: The environment file text; written 0600 and never logged., type: str}
+  secret_file: {description: "A file only the server reads (SGLang's C(--config) YAML with the API key); written 0600.", type: path}
+  secret_content: {description: Its text; never logged., type: str}
   enabled: {description: Enable (or disable) the unit at boot; unset leaves it alone., type: bool}
   systemd_dir: {description: Where units are installed., type: path, default: /etc/systemd/system}
   state_dir:
-    description: Holds C(rollback/) copies of the replaced unit and environment file.
+    description: Holds C(rollback/<token>/) copies of the files a cycle replaced.
     type: path
     default: /var/lib/benchmark-cycle
   engine:
-    description: Engine profile whose process names mark leftovers (O(state=stopped)).
+    description: Engine profile whose exact process titles and executables mark leftovers (O(state=stopped)).
     type: str
     choices: [sglang, llamacpp, vllm]
     default: sglang
-  kill_leftovers: {description: SIGKILL server processes still running after the stop; otherwise fail., type: bool, default: true}
+  kill_leftovers:
+    description: SIGKILL the unit's own server processes still running after the stop; otherwise fail.
+    type: bool
+    default: true
   gpu_check: {description: Wait until the GPU memory is freed (skipped on a host without nvidia-smi)., type: bool, default: true}
   gpu_free_mib: {description: Used MiB per GPU at or under which it counts as free., type: int, default: 2048}
-  gpu_wait_s: {description: How long to wait for the GPU memory., type: int, default: 60}
+  gpu_wait_s:
+    description: How long to wait for the GPU memory (wall clock; each nvidia-smi call is cut at what is left).
+    type: int
+    default: 60
   gpu_indices: {description: The GPUs that must be freed; empty means all., type: list, elements: int, default: []}
+  stop_timeout:
+    description: Seconds C(systemctl stop) may take (the unit's C(TimeoutStopSec) plus a margin) before it is cut.
+    type: int
+    default: 300
+  command_timeout:
+    description: Seconds any other command may take before it is killed and the task fails naming it.
+    type: int
+    default: 60
+  sweep_tag:
+    description:
+      - With O(state=started), a sweep of this cycle (C(--tag) on its command line) still alive is killed first.
+      - With O(state=armed), the switch ends that sweep before it starts the unit.
+    type: str
+  fire_after:
+    description: With O(state=armed), seconds until the dead-man switch starts the unit unless disarmed or re-armed.
+    type: int
 author:
   - benchmark-cycle contributors
 notes:
-  - Supports check mode (verifies and diffs the unit, reports what would stop or start) and diff mode.
-  - Commands run as argument lists; no string reaches a shell.
+  - Commands run as argument lists with a timeout each; the one shell is the switch's, built from quoted words.
+attributes:
+  check_mode: {support: full, description: Verifies and diffs the unit; reports what would stop or start.}
+  diff_mode: {support: full, description: The unit file's diff (never the environment or secrets file's).}
 """
 
 EXAMPLES = r"""
@@ -79,7 +115,14 @@ EXAMPLES = r"""
 RETURN = r"""
 unit_changed: {description: The unit file was replaced., returned: state=present, type: bool}
 env_changed: {description: The environment file was replaced (or its mode fixed)., returned: state=present, type: bool}
-rollback_kept: {description: The replaced unit was kept for rollback., returned: state=present, type: bool}
+rollback_kept: {description: The files this install replaced and kept for rollback., returned: state=present, type: list}
+rollback_dir: {description: Where this cycle keeps the files it replaced., returned: state=present or rolled_back, type: str}
+sweeps_ended: {description: "This cycle's sweeps killed before the start (pid tag).", returned: state=started, type: list}
+switch:
+  description: The dead-man switch's transient unit name.
+  returned: state=armed or disarmed
+  type: str
+  sample: bc-deadman-llama-lab
 was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str}
 stop_s: {description: Seconds the stop took., returned: state=stopped, type: float}
 leftover_processes: {description: "Server processes found after the stop (pid and command line).", returned: state=stopped, type: list}
@@ -100,6 +143,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import ENGINES
+from ansible.module_utils.bc_host import CommandError, redact
+from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_unit import Unit, UnitError
 
 
@@ -120,14 +165,47 @@ def write_atomic(path: str, text: str, mode: int) -> None:
         raise
 
 
+def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:
+    p = module.params
+    if p["state"] == "present":
+        files = [(f, c, 0o600) for f, c in ((p["env_file"], p["env_content"]), (p["secret_file"], p["secret_content"]))
+                 if f and c is not None]
+        scratch = tempfile.mkdtemp(prefix="bc-unit-")
+        try:
+            result = unit.install(p["content"], files, p["enabled"], scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        diff = result.pop("diff")
+        if module._diff and result["unit_changed"]:
+            result["diff"] = diff
+        return result
+    if p["state"] == "stopped":
+        smi = module.get_bin_path("nvidia-smi") if p["gpu_check"] else None
+        gpu = {"nvidia_smi": smi, "free_mib": p["gpu_free_mib"], "wait_s": p["gpu_wait_s"],
+               "indices": p["gpu_indices"]} if smi else None
+        return dict(unit.stop(ENGINES[p["engine"]]["processes"], p["kill_leftovers"], gpu, stop_timeout=p["stop_timeout"]),
+                    gpu_checked=gpu is not None)
+    if p["state"] == "started":
+        return unit.start(p["sweep_tag"])
+    if p["state"] == "armed":
+        return unit.arm(p["fire_after"], p["sweep_tag"])
+    if p["state"] == "disarmed":
+        return unit.disarm()
+    return unit.rollback()
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "name": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "stopped", "started", "rolled_back"], "default": "present"},
+            "state": {"type": "str", "choices": ["present", "stopped", "started", "rolled_back", "armed", "disarmed"],
+                      "default": "present"},
+            "token": {"type": "str"},
             "content": {"type": "str"},
             "env_file": {"type": "path"},
             "env_content": {"type": "str", "no_log": True},
+            "secret_file": {"type": "path"},
+            "secret_content": {"type": "str", "no_log": True},
             "enabled": {"type": "bool"},
             "systemd_dir": {"type": "path", "default": "/etc/systemd/system"},
             "state_dir": {"type": "path", "default": "/var/lib/benchmark-cycle"},
@@ -137,8 +215,13 @@ def main() -> None:
             "gpu_free_mib": {"type": "int", "default": 2048},
             "gpu_wait_s": {"type": "int", "default": 60},
             "gpu_indices": {"type": "list", "elements": "int", "default": []},
+            "stop_timeout": {"type": "int", "default": 300},
+            "command_timeout": {"type": "int", "default": 60},
+            "sweep_tag": {"type": "str"},
+            "fire_after": {"type": "int"},
         },
-        required_if=[("state", "present", ["content"])],
+        required_if=[("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]),
+                     ("state", "armed", ["fire_after"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -147,35 +230,21 @@ def main() -> None:
     for key in ("gpu_free_mib", "gpu_wait_s"):
         if p[key] < 0:
             module.fail_json(msg="%s must be >= 0, got %d" % (key, p[key]))
+    for key in ("stop_timeout", "command_timeout"):
+        if not 1 <= p[key] <= 86400:
+            module.fail_json(msg="%s must be 1-86400 seconds, got %d" % (key, p[key]))
 
-    def run(argv: list[str]) -> tuple[int, str, str]:
-        return module.run_command(argv)
+    def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        return host_run(argv, timeout or p["command_timeout"])
 
     try:
         unit = Unit(p["name"], run, write_atomic, systemd_dir=p["systemd_dir"], state_dir=p["state_dir"],
-                    env_file=p["env_file"], check_mode=module.check_mode)
-        result: dict[str, Any]
-        if p["state"] == "present":
-            scratch = tempfile.mkdtemp(prefix="bc-unit-")
-            try:
-                result = unit.install(p["content"], p["env_content"], p["enabled"], scratch)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            diff = result.pop("diff")
-            if module._diff and result["unit_changed"]:
-                result["diff"] = diff
-        elif p["state"] == "stopped":
-            smi = module.get_bin_path("nvidia-smi") if p["gpu_check"] else None
-            gpu = {"nvidia_smi": smi, "free_mib": p["gpu_free_mib"], "wait_s": p["gpu_wait_s"],
-                   "indices": p["gpu_indices"]} if smi else None
-            result = unit.stop(ENGINES[p["engine"]]["processes"], p["kill_leftovers"], gpu)
-            result["gpu_checked"] = gpu is not None
-        elif p["state"] == "started":
-            result = unit.start()
-        else:
-            result = unit.rollback()
-    except UnitError as err:
-        module.fail_json(msg=str(err))
+                    env_file=p["env_file"], check_mode=module.check_mode, timeout=p["command_timeout"], token=p["token"])
+        if p["secret_file"]:
+            unit.extra_files.append(p["secret_file"])
+        result = run_steps(module, unit)
+    except (UnitError, CommandError) as err:
+        module.fail_json(msg="%s: %s" % (p["name"], redact(str(err))))
     module.exit_json(name=unit.name, state=p["state"], **result)
 
 

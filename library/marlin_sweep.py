@@ -47,8 +47,8 @@ options:
   warmup: {description: Warm-up calls per point., type: int, default: 5}
   iters: {description: Timed samples (graph replays) per point; the median is reported., type: int, default: 20}
   routings: {description: Different top-k routings captured per graph and rotated per call., type: int, default: 8}
-  seed: {description: Seed of weights, activations and routing., type: int, default: 0}
-  check: {description: With sglang, compare against an fp32 reference on a small expert count., type: bool, default: true}
+  seed: {description: "Seed of weights, activations and routing.", type: int, default: 0}
+  check: {description: "With sglang, compare against an fp32 reference on a small expert count.", type: bool, default: true}
   output: {description: JSON file on the host; rewritten after every point., type: path, required: true}
   python: {description: Interpreter that has torch (and sglang); defaults to the one running the module., type: path}
   timeout: {description: Seconds the sweep process may run before it is killed., type: int, default: 3600}
@@ -58,6 +58,8 @@ options:
         tagged with the same unit and another token is an orphan of a cycle whose controller died
         (the lock proves it); it is killed first, so that two sweeps never share the device.
     type: str
+  memory_margin: {description: Free memory kept in reserve beyond the estimate (a fraction)., type: float, default: 0.10}
+  command_timeout: {description: Seconds nvidia-smi and the import check may take., type: int, default: 30}
   preflight:
     description:
       - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
@@ -66,6 +68,9 @@ options:
     default: false
 author:
   - benchmark-cycle contributors
+attributes:
+  check_mode: {support: full, description: "Validates the shape and returns the plan and the estimate; with O(preflight), the sizing."}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
@@ -97,10 +102,16 @@ gpus: {description: "GPUs with index, name, free_mib, total_mib (empty without n
 backend_importable: {description: O(python) imports the backend., returned: with preflight, type: bool}
 backend_error: {description: The import error's last line., returned: with preflight when not importable, type: str}
 orphans_killed: {description: "Orphaned sweeps of the same unit killed before this one (pid, tag).", returned: success, type: list}
+runnable:
+  description: The sweep fits the device's total memory (or the host's, on the CPU); otherwise it can run nowhere.
+  returned: with preflight
+  type: bool
+fits: {description: The sweep fits the device's free memory beside what runs now., returned: with preflight, type: bool}
+why: {description: Why the sweep is not runnable., returned: with preflight, type: str}
 oom_kills: {description: "The OOM kill count (/proc/vmstat oom_kill) at the preflight.", returned: with preflight, type: int}
 oom_killed: {description: "The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).", returned: when killed, type: bool}
-environment: {description: GPU, driver, torch, sglang, python versions., returned: success, type: dict}
-check: {description: Relative error of the sglang output against the fp32 reference., returned: with sglang, type: dict}
+environment: {description: "GPU, driver, torch, sglang, python versions.", returned: success, type: dict}
+check: {description: "Relative error of the sglang output against the fp32 reference.", returned: with sglang, type: dict}
 output: {description: Path of the JSON result on the host., returned: always, type: str}
 """
 
@@ -118,6 +129,8 @@ from typing import Any
 import ansible.module_utils as _mu
 from ansible.module_utils import bc_marlin  # noqa: F401 - imported so AnsiballZ ships it to the host
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_host import CommandError
+from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_sweepstats import GIB, ShapeError, estimate_peak_bytes, validate
 from ansible.module_utils.bc_unit import list_processes
 
@@ -152,11 +165,16 @@ BACKEND_IMPORT = {
 
 
 def list_gpus(module: AnsibleModule) -> list[dict[str, Any]]:
-    """GPUs and their memory from nvidia-smi; [] on a host without it."""
+    """GPUs and their memory from nvidia-smi; [] on a host without it. A hung nvidia-smi (a wedged
+    GPU) fails the preflight naming it, before anything is touched."""
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
         return []
-    rc, out, _err = module.run_command([smi, "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits"])
+    try:
+        rc, out, _err = host_run([smi, "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits"],
+                                 module.params["command_timeout"])
+    except CommandError as err:
+        module.fail_json(msg="preflight: %s" % err)
     gpus = []
     for line in out.splitlines() if rc == 0 else []:
         parts = [x.strip() for x in line.split(",")]
@@ -229,10 +247,50 @@ def oom_kills() -> int | None:
 def backend_check(module: AnsibleModule, python: str, backend: str) -> tuple[bool, str]:
     code = BACKEND_IMPORT["torch" if backend == "torch" else "sglang"]
     try:
-        rc, _out, err = module.run_command([python, "-c", code])
-    except OSError as exc:
+        rc, _out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]))
+    except CommandError as exc:
         return False, str(exc)
     return rc == 0, (err.strip().splitlines() or [""])[-1] if rc else ""
+
+
+def host_memory_mib() -> int | None:
+    """MemTotal of the host (/proc/meminfo), for a sweep on the CPU."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def sizing(gpus: list[dict[str, Any]], device: int, need_gib: float, margin: float, backend: str,
+           host_mib: int | None) -> dict[str, Any]:
+    """Where the sweep can run: `runnable` (it fits the device's total memory: otherwise it can run
+    nowhere, and nothing may be stopped for it, with `why`) and `fits` (it fits the free memory
+    beside whatever runs now)."""
+    need_mib = need_gib * 1024 * (1 + margin)
+    if not gpus:
+        if backend == "sglang":
+            return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0,
+                    "why": "backend sglang needs an NVIDIA GPU and nvidia-smi found none"}
+        total = host_mib or 0
+        ok = not host_mib or need_mib <= total
+        return {"runnable": ok, "fits": ok, "free_gib": round(total / 1024, 2), "total_gib": round(total / 1024, 2),
+                "why": "" if ok else "the sweep needs ~%.1f GiB and the host has %.1f GiB of memory in all (CPU backend)"
+                % (need_mib / 1024, total / 1024)}
+    indices = [g["index"] for g in gpus]
+    if device not in indices:
+        return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0,
+                "why": "device %d is not present: nvidia-smi lists GPU(s) %s" % (device, ", ".join(map(str, indices)))}
+    gpu = next(g for g in gpus if g["index"] == device)
+    runnable = need_mib <= gpu["total_mib"]
+    return {"runnable": runnable, "fits": need_mib <= gpu["free_mib"], "free_gib": round(gpu["free_mib"] / 1024, 2),
+            "total_gib": round(gpu["total_mib"] / 1024, 2),
+            "why": "" if runnable else "the sweep needs ~%.1f GiB (with a %d%% margin) and GPU %d (%s) has %.1f GiB in all: "
+            "it can run nowhere on this host, so nothing is stopped for it; sweep fewer or smaller batch sizes"
+            % (need_mib / 1024, margin * 100, device, gpu["name"], gpu["total_mib"] / 1024)}
 
 
 def main() -> None:
@@ -258,6 +316,8 @@ def main() -> None:
         "timeout": {"type": "int", "default": 3600},
         "preflight": {"type": "bool", "default": False},
         "tag": {"type": "str"},
+        "memory_margin": {"type": "float", "default": 0.10},
+        "command_timeout": {"type": "int", "default": 30},
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
@@ -267,6 +327,13 @@ def main() -> None:
             module.fail_json(msg="%s must be >= %d, got %d" % (key, 0 if key == "warmup" else 1, p[key]))
     if p["iters"] < 3:
         module.fail_json(msg="iters must be >= 3 for a median with a spread, got %d" % p["iters"])
+    if p["device"] < 0:
+        module.fail_json(msg="device must be a CUDA device index >= 0, got %d" % p["device"])
+    if not 0 <= p["memory_margin"] <= 10:
+        module.fail_json(msg="memory_margin must be 0-10 (a fraction of the estimate), got %s" % p["memory_margin"])
+    if p["python"] and not os.access(p["python"], os.X_OK):
+        module.fail_json(msg="python=%s is not an executable on this host: point it at the interpreter that has torch "
+                         "(and sglang), e.g. /opt/sglang/bin/python" % p["python"])
     try:
         s = validate(shape, p["batch_sizes"], p["backend"])
     except ShapeError as err:
@@ -278,7 +345,10 @@ def main() -> None:
     if module.check_mode:
         if p["preflight"]:
             ok, why = backend_check(module, p["python"] or sys.executable, p["backend"])
-            plan.update(gpus=list_gpus(module), backend_importable=ok, backend_error=why, oom_kills=oom_kills())
+            gpus = list_gpus(module)
+            plan.update(gpus=gpus, backend_importable=ok, backend_error=why, oom_kills=oom_kills(),
+                        **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], p["backend"],
+                                 host_memory_mib()))
         module.exit_json(changed=False, plan=plan, **plan)
 
     out_dir = os.path.dirname(p["output"]) or "."

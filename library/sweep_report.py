@@ -13,17 +13,23 @@ description:
   - Reads the sweep JSON fetched from a host (and the torch reference run beside it), writes
     C(report.md) and C(sweep.png) next to it, and appends one line to C(history.jsonl).
   - The report compares with the previous run of the same host, shape, backend and device kind.
-  - Run it with C(delegate_to: localhost).
+  - Run it on the controller (C(delegate_to) localhost).
 version_added: "1.0.0"
 options:
   result: {description: Path of the primary sweep JSON on the controller., type: path, required: true}
-  reference: {description: Path of the torch reference sweep JSON, if one ran., type: path}
+  reference: {description: "Path of the torch reference sweep JSON, if one ran.", type: path}
   host: {description: Inventory name of the host the sweep ran on., type: str, required: true}
   stamp: {description: Timestamp of the cycle (names the run)., type: str, required: true}
   history: {description: The history file shared by all cycles., type: path, required: true}
-  plot: {description: Also draw the PNG (needs matplotlib on the controller)., type: bool, default: true}
+  plot:
+    description: Also draw the PNG (needs matplotlib on the controller); a failed plot is a warning, never a lost history line.
+    type: bool
+    default: true
 author:
   - benchmark-cycle contributors
+attributes:
+  check_mode: {support: full, description: Renders the report in memory and writes nothing.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
@@ -39,16 +45,19 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report: {description: Path of report.md., returned: success, type: str}
-plot: {description: Path of the PNG plot., returned: when plot is true, type: str}
+plot: {description: Path of the PNG plot (null when not drawn)., returned: success, type: str}
 previous: {description: Stamp of the run compared with (null if none)., returned: success, type: str}
 knee_m: {description: Knee of the primary sweep., returned: success, type: int}
 """
 
 import json
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_report import history_line, plot, previous_run, read_history, render
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*$")
 
 
 def load(module: AnsibleModule, path: str) -> dict:
@@ -57,6 +66,11 @@ def load(module: AnsibleModule, path: str) -> dict:
             data = json.load(fh)
     except (OSError, ValueError) as err:
         module.fail_json(msg="cannot read sweep result %s: %s" % (path, err))
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not all(
+            isinstance(pt, dict) and isinstance(pt.get("m"), int) and isinstance(pt.get("ms"), (int, float))
+            for pt in data["points"]):
+        module.fail_json(msg="sweep result %s is not a marlin_sweep result (a JSON object whose points each have m and ms)"
+                         % path)
     if not data.get("points"):
         module.fail_json(msg="sweep result %s has no points (status %s)" % (path, data.get("status")))
     return data
@@ -75,6 +89,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    for key in ("host", "stamp"):  # both become file names on the controller
+        if not SAFE_NAME.match(p[key]):
+            module.fail_json(msg="%s=%r is not a safe file name (letters, digits and _.:@- only, not starting with . or -)"
+                             % (key, p[key]))
     primary = load(module, p["result"])
     reference = load(module, p["reference"]) if p["reference"] else None
     out_dir = os.path.dirname(p["result"])
@@ -83,18 +101,28 @@ def main() -> None:
     png_path = os.path.join(out_dir, base + ".png")
     history = read_history(p["history"])
     prev = previous_run(history, p["host"], primary, p["stamp"])
-    text = render(p["host"], p["stamp"], primary, reference, prev, os.path.basename(png_path))
+    try:
+        text = render(p["host"], p["stamp"], primary, reference, prev, os.path.basename(png_path))
+    except (KeyError, TypeError, ValueError) as err:
+        module.fail_json(msg="cannot render the report of %s: the result lacks %s" % (p["result"], err))
     if module.check_mode:
         module.exit_json(changed=True, report=report_path, previous=prev and prev["stamp"], knee_m=primary.get("knee_m"))
     with open(report_path, "w", encoding="utf-8") as fh:
         fh.write(text)
-    if p["plot"]:
-        title = "%s %s tp%s %s" % (p["host"], p["stamp"], primary.get("tp_size"), primary["backend"])
-        plot(png_path, title, primary, reference)
+    # the history line first: a plot that fails (no matplotlib, a full disk) must not lose it
     os.makedirs(os.path.dirname(p["history"]) or ".", exist_ok=True)
     with open(p["history"], "a", encoding="utf-8") as fh:
         fh.write(json.dumps(history_line(p["host"], p["stamp"], primary, report_path), sort_keys=True) + "\n")
-    module.exit_json(changed=True, report=report_path, plot=png_path if p["plot"] else None,
+    plotted = None
+    if p["plot"]:
+        title = "%s %s tp%s %s" % (p["host"], p["stamp"], primary.get("tp_size"), primary.get("backend"))
+        try:
+            plot(png_path, title, primary, reference)
+            plotted = png_path
+        except Exception as err:
+            module.warn("no plot for %s: %s: %s (the report and the history line are written)"
+                        % (p["result"], type(err).__name__, err))
+    module.exit_json(changed=True, report=report_path, plot=plotted,
                      previous=prev and prev["stamp"], knee_m=primary.get("knee_m"))
 
 

@@ -33,8 +33,16 @@ ENGINES: dict[str, dict[str, Any]] = {
         # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that
         "min_timeout_s": 25,
         "inflight_metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
-        # what a stop may leave running: the children rename themselves (setproctitle)
-        "processes": ["sglang.launch_server", "sglang::scheduler", "sglang::detokenizer", "sglang::data_parallel"],
+        # what a stop may leave running, matched exactly (never a substring of any command line): the
+        # main process is `python -m sglang.launch_server`; its children rename themselves with
+        # setproctitle to `sglang::scheduler_TP<n>`, `sglang::detokenizer`, `sglang::data_parallel_controller`
+        # (srt/managers/scheduler.py, detokenizer_manager.py, data_parallel_controller.py)
+        "processes": {"modules": ["sglang.launch_server"], "executables": [],
+                      "titles": ["sglang::scheduler", "sglang::detokenizer", "sglang::data_parallel"]},
+        # the API key off the command line: `--config FILE.yaml` (server_args.py prepare_server_args and
+        # server_args_config_parser.py, 0.5.10 and 0.5.16) merges the YAML's `api-key` into the arguments;
+        # /proc/PID/cmdline shows only the file's path
+        "api_key": {"config_flag": "--config", "config_key": "api-key"},
         # 0.5.10 exposes sglang:engine_startup_time; later releases per-phase startup_time_seconds
         "startup_metrics": ["sglang:startup_time_seconds", "sglang:engine_startup_time"],
         "progress": [
@@ -65,7 +73,9 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {"Loading model": "loading"},
         "min_timeout_s": 1,
         "inflight_metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"],
-        "processes": ["llama-server"],
+        "processes": {"modules": [], "executables": ["llama-server"], "titles": []},
+        # common/arg.cpp: --api-key ... .set_env("LLAMA_API_KEY")
+        "api_key": {"env": "LLAMA_API_KEY"},
         "startup_metrics": [],
         "progress": [
             [r"loading model '([^']+)'", "Loading model"],
@@ -93,7 +103,12 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {},
         "min_timeout_s": 5,
         "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
-        "processes": ["vllm.entrypoints", "VLLM::EngineCore", "vllm serve"],
+        # the API server (python -m vllm.entrypoints.openai.api_server, or the `vllm` CLI), the engine
+        # core and the tensor-parallel workers (v1/executor/multiproc_executor.py: VLLM::Worker_TP<n>)
+        "processes": {"modules": ["vllm.entrypoints.openai.api_server"], "executables": ["vllm"],
+                      "titles": ["VLLM::EngineCore", "VLLM::Worker"]},
+        # entrypoints/openai/api_server.py: `args.api_key or envs.VLLM_API_KEY`
+        "api_key": {"env": "VLLM_API_KEY"},
         "startup_metrics": [],
         "progress": [
             [r"Starting to load model", "Load weight begin"],

@@ -25,6 +25,11 @@ def shard(shape: dict[str, Any]) -> dict[str, int]:
     inter = int(shape["intermediate_size"])
     if tp < 1:
         raise ShapeError("tp_size must be >= 1, got %d" % tp)
+    if inter < 1:
+        raise ShapeError("intermediate_size must be >= 1, got %d" % inter)
+    group = int(shape["group_size"])
+    if group != -1 and group < 1:
+        raise ShapeError("group_size must be -1 (per channel) or >= 1, got %d" % group)
     if inter % tp:
         raise ShapeError("intermediate_size %d is not divisible by tp_size %d" % (inter, tp))
     return {

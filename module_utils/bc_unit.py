@@ -4,11 +4,16 @@
 
 install  verify the new unit with systemd-analyze, keep the installed unit and environment file
          for rollback, install both atomically, daemon-reload, enable
-stop     stop the unit, find the server processes it left behind (by the engine profile's
-         process names), kill them, wait until the GPU memory is really free
-start    reset-failed (a deliberate start must not count against StartLimitBurst), start without
-         waiting for the start job (readiness is the cycle's probe, not systemd's)
-rollback put the kept unit and environment file back, reset-failed, restart
+stop     record the unit's processes (its cgroup and the descendants of its main PID), stop it,
+         kill those of them still alive whose title or executable is the engine's, wait until the
+         GPU memory is really free
+arm      a dead-man switch on the host (a transient systemd timer): if the cycle does not disarm it
+         in time (the controller died, the host was unreachable), it ends this cycle's sweep and
+         starts the unit again
+start    end this cycle's sweep if it still runs, reset-failed (a deliberate start must not count
+         against StartLimitBurst), start without waiting for the start job (readiness is the
+         cycle's probe, not systemd's), disarm the switch
+rollback put back what this cycle's install replaced (kept under its token), reset-failed, restart
 
 The host side of `library/inference_unit.py`. Commands are argv lists (no shell); everything that
 needs no host is a pure function with unit tests.
@@ -18,15 +23,19 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
-# (rc, stdout, stderr) of an argv list
-Runner = Callable[[list[str]], tuple[int, str, str]]
+# (rc, stdout, stderr) of an argv list, killed after `timeout` seconds
+Runner = Callable[..., tuple[int, str, str]]
 
-UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
+# no leading "-": a unit name must never reach systemctl as an option
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]*$")
+TOKEN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
 VERIFY_PROBLEM = r"\.service:.*(error|invalid|not executable|no such|unknown|failed|bad)"
 
@@ -40,8 +49,15 @@ def check_name(name: str, field: str = "name") -> str:
     if name.endswith(".service"):
         name = name[: -len(".service")]
     if not name or not UNIT_NAME.match(name):
-        raise UnitError("%s=%s is not a systemd unit name (letters, digits and :_.\\@- only, without .service)" % (field, name))
+        raise UnitError("%s=%s is not a systemd unit name (letters, digits and :_.\\@- only, not starting with -, "
+                        "without .service)" % (field, name))
     return name
+
+
+def check_token(token: str, field: str = "token") -> str:
+    if not TOKEN.match(token or ""):
+        raise UnitError("%s=%r is not a cycle token (1-128 of letters, digits and _.:-)" % (field, token))
+    return token
 
 
 def verify_problems(name: str, rc: int, stderr: str) -> list[str]:
@@ -63,10 +79,18 @@ def parse_show(text: str) -> dict[str, str]:
     return out
 
 
-def match_processes(procs: list[tuple[int, str]], patterns: list[str]) -> list[tuple[int, str]]:
-    """Processes whose command line contains one of the patterns (plain substrings, as the
-    engine profile's process names are: SGLang's children rename themselves sglang::scheduler_TP0)."""
-    return [(pid, cmd) for pid, cmd in procs if any(p in cmd for p in patterns)]
+def engine_process(argv: list[str], spec: dict[str, list[str]]) -> bool:
+    """Whether a process is one of the engine's own, by exact names only (never a substring of the
+    command line: a compiler building llama-server.cpp is not llama-server): its title (argv[0] after
+    setproctitle) starts with one of spec['titles'], its executable's basename is one of
+    spec['executables'], or it is `<python> -m <module>` for one of spec['modules']."""
+    if not argv:
+        return False
+    if any(argv[0] == t or argv[0].startswith(t + "_") or argv[0].startswith(t + " ") for t in spec.get("titles", [])):
+        return True
+    if os.path.basename(argv[0]) in spec.get("executables", []):
+        return True
+    return any(argv[i] == "-m" and argv[i + 1] in spec.get("modules", []) for i in range(1, min(len(argv) - 1, 4)))
 
 
 def owning_service(cgroup: str) -> str | None:
@@ -83,24 +107,66 @@ def owning_service(cgroup: str) -> str | None:
     return None
 
 
-def list_processes(proc_root: str = "/proc") -> list[tuple[int, str, str | None]]:
-    """Every process's pid, command line and systemd service (None outside one), except this
-    module's own interpreter and its parents, kernel threads and zombies."""
+def cgroup_path(cgroup: str) -> str:
+    """The process's path in the systemd hierarchy (v2 "0::" line or v1 "name=systemd")."""
+    for line in cgroup.splitlines():
+        _hid, _sep, rest = line.partition(":")
+        controllers, _sep, path = rest.partition(":")
+        if controllers in ("", "name=systemd"):
+            return path
+    return ""
+
+
+def processes(proc_root: str = "/proc") -> list[dict[str, Any]]:
+    """Every process but this module's interpreter and its parents, kernel threads and zombies:
+    pid, ppid, start (clock ticks since boot: with the pid, a process's identity), argv, cmd,
+    cgroup (systemd hierarchy path) and service (None outside one)."""
     skip = {os.getpid(), os.getppid()}
-    procs = []
+    out = []
     for entry in os.listdir(proc_root):
         if not entry.isdigit() or int(entry) in skip:
             continue
+        base = os.path.join(proc_root, entry)
         try:
-            with open(os.path.join(proc_root, entry, "cmdline"), "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-            with open(os.path.join(proc_root, entry, "cgroup"), encoding="utf-8") as fh:
-                service = owning_service(fh.read())
-        except OSError:
+            with open(os.path.join(base, "cmdline"), "rb") as fh:
+                raw = fh.read()
+            with open(os.path.join(base, "cgroup"), encoding="utf-8") as fh:
+                cgroup = fh.read()
+            with open(os.path.join(base, "stat"), encoding="utf-8", errors="replace") as fh:
+                stat = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue  # gone meanwhile
-        if cmd:
-            procs.append((int(entry), cmd, service))
-    return procs
+        argv = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")] if raw.strip(b"\0") else []
+        if argv:
+            out.append({"pid": int(entry), "ppid": int(stat[1]), "start": int(stat[19]), "argv": argv,
+                        "cmd": " ".join(argv).strip(), "cgroup": cgroup_path(cgroup), "service": owning_service(cgroup)})
+    return out
+
+
+def list_processes(proc_root: str = "/proc") -> list[tuple[int, str, str | None]]:
+    """(pid, command line, systemd service) of every process (see `processes`)."""
+    return [(p["pid"], p["cmd"], p["service"]) for p in processes(proc_root)]
+
+
+def unit_members(procs: list[dict[str, Any]], service: str, main_pid: int) -> list[dict[str, Any]]:
+    """The processes that belong to the unit: in its cgroup, or descendants of its main PID."""
+    children: dict[int, list[int]] = {}
+    for p in procs:
+        children.setdefault(p["ppid"], []).append(p["pid"])
+    tree, todo = set(), [main_pid] if main_pid > 0 else []
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo.extend(children.get(pid, []))
+    return [p for p in procs if p["service"] == service or p["pid"] in tree]
+
+
+def leftovers(members: list[dict[str, Any]], now: list[dict[str, Any]], spec: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The unit's former processes (same pid and start time: never a reused pid) still alive after
+    the stop whose name is the engine's: what the stop may kill. Nothing else ever is."""
+    known = {(p["pid"], p["start"]) for p in members}
+    return [p for p in now if (p["pid"], p["start"]) in known and engine_process(p["argv"], spec)]
 
 
 def parse_gpu_memory(csv: str) -> dict[int, int]:
@@ -131,17 +197,33 @@ class Unit:
     atomically with a mode (the module's atomic_move); check mode changes nothing."""
 
     def __init__(self, name: str, run: Runner, write: Callable[[str, str, int], None], *, systemd_dir: str,
-                 state_dir: str, env_file: str | None = None, check_mode: bool = False) -> None:
+                 state_dir: str, env_file: str | None = None, check_mode: bool = False, timeout: float = 60,
+                 token: str | None = None) -> None:
         self.name = check_name(name)
-        self.run, self.write, self.check_mode = run, write, check_mode
+        self.run, self.write, self.check_mode, self.timeout = run, write, check_mode, timeout
+        self.token = check_token(token) if token else None
         self.file = os.path.join(systemd_dir, self.name + ".service")
         self.env_file = env_file
         self.rollback_dir = os.path.join(state_dir, "rollback")
-        self.rollback_file = os.path.join(self.rollback_dir, self.name + ".service")
-        self.rollback_env = os.path.join(self.rollback_dir, self.name + ".env")
+        self.switch = "bc-deadman-" + self.name
+        self.extra_files: list[str] = []
 
-    def systemctl(self, *args: str, ok: tuple[int, ...] = (0,)) -> tuple[int, str]:
-        rc, out, err = self.run(["systemctl", *args])
+    def kept(self, live: str, token: str) -> str:
+        """Where this cycle keeps the file it replaced: rollback/<token>/<basename>."""
+        return os.path.join(self.rollback_dir, token, os.path.basename(live))
+
+    def prune_rollbacks(self) -> None:
+        """Earlier cycles' kept files are nobody's to roll back to: only this cycle's are kept."""
+        for entry in os.listdir(self.rollback_dir):
+            path = os.path.join(self.rollback_dir, entry)
+            if entry != self.token and os.path.isdir(path) and any(f.startswith(self.name + ".") for f in os.listdir(path)):
+                shutil.rmtree(path, ignore_errors=True)
+
+    def systemctl(self, *args: str, ok: tuple[int, ...] = (0,), timeout: float | None = None) -> tuple[int, str]:
+        # options first, then "--": a unit name is never read as an option
+        opts = [a for a in args if a.startswith("-")]
+        words = [a for a in args if not a.startswith("-")]
+        rc, out, err = self.run(["systemctl", *opts, "--", *words], timeout=timeout or self.timeout)
         if rc not in ok:
             raise UnitError("systemctl %s failed (exit %d): %s" % (" ".join(args), rc, (err or out).strip()))
         return rc, out
@@ -149,7 +231,7 @@ class Unit:
     def show(self, *props: str) -> dict[str, str]:
         args = ["show", self.name + ".service"]
         for p in props:
-            args += ["-p", p]
+            args.append("--property=" + p)
         return parse_show(self.systemctl(*args)[1])
 
     # -- install -------------------------------------------------------------------------------
@@ -157,35 +239,36 @@ class Unit:
         staged = os.path.join(scratch, self.name + ".service")
         with open(staged, "w", encoding="utf-8") as fh:
             fh.write(content)
-        rc, _out, err = self.run(["systemd-analyze", "verify", staged])
+        rc, _out, err = self.run(["systemd-analyze", "verify", "--", staged], timeout=self.timeout)
         problems = verify_problems(self.name, rc, err)
         if problems:
             raise UnitError("the new %s.service fails systemd-analyze verify and was not installed: %s"
                             % (self.name, " | ".join(p.strip() for p in problems)))
 
-    def install(self, content: str, env_content: str | None, enabled: bool | None, scratch: str) -> dict[str, Any]:
+    def install(self, content: str, files: list[tuple[str, str, int]], enabled: bool | None, scratch: str) -> dict[str, Any]:
+        """Verify the unit, then install it and `files` [(path, text, mode)] (the environment file,
+        a secrets file). What this install replaces is kept under rollback/<token>/, and only that:
+        a later cycle that changes nothing has nothing to roll back to."""
         self.verify(content, scratch)
-        before = read_text(self.file)
-        env_before = read_text(self.env_file) if self.env_file and env_content is not None else None
-        unit_changed = before != content
-        env_changed = self.env_file is not None and env_content is not None and (
-            env_before != env_content or (env_before is not None and os.stat(self.env_file).st_mode & 0o777 != 0o600))
-        kept = False
-        if not self.check_mode:
-            if unit_changed or env_changed:
-                os.makedirs(self.rollback_dir, mode=0o700, exist_ok=True)
-                # the previous configuration, for service_start's rollback: only when it is replaced,
-                # so that a re-run with the same unit keeps the last different one
-                if before is not None and unit_changed:
-                    self.write(self.rollback_file, before, 0o644)
-                    kept = True
-                if env_before is not None and env_changed:
-                    self.write(self.rollback_env, env_before, 0o600)
-            if env_changed and self.env_file and env_content is not None:
-                os.makedirs(os.path.dirname(self.env_file), mode=0o700, exist_ok=True)
-                self.write(self.env_file, env_content, 0o600)
-            if unit_changed:
-                self.write(self.file, content, 0o644)
+        targets = [(self.file, content, 0o644), *files]
+        before = {path: read_text(path) for path, _text, _mode in targets}
+        changed = [(path, text, mode) for path, text, mode in targets
+                   if before[path] != text or (before[path] is not None and os.stat(path).st_mode & 0o777 != mode)]
+        unit_changed = before[self.file] != content
+        kept = []
+        if not self.check_mode and changed:
+            if self.token is None:
+                raise UnitError("install of %s needs the cycle's token (where the replaced files are kept)" % self.name)
+            os.makedirs(os.path.join(self.rollback_dir, self.token), mode=0o700, exist_ok=True)
+            self.prune_rollbacks()
+            for path, _text, _mode in changed:
+                # what this cycle replaced (a file it created has no earlier version to go back to)
+                if before[path] is not None:
+                    self.write(self.kept(path, self.token), before[path], 0o600)
+                    kept.append(path)
+            for path, text, mode in changed:
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                self.write(path, text, mode)
         reloaded = False
         if not self.check_mode and (unit_changed or self.show("NeedDaemonReload").get("NeedDaemonReload") == "yes"):
             self.systemctl("daemon-reload")
@@ -198,63 +281,70 @@ class Unit:
                 enable_changed = True
                 if not self.check_mode:
                     self.systemctl("enable" if enabled else "disable", self.name + ".service")
-        return {"changed": unit_changed or env_changed or enable_changed, "unit_changed": unit_changed,
+        env_changed = any(path != self.file for path, _t, _m in changed)
+        return {"changed": bool(changed) or enable_changed, "unit_changed": unit_changed,
                 "env_changed": env_changed, "enable_changed": enable_changed, "daemon_reloaded": reloaded,
-                "rollback_kept": kept, "unit_file": self.file, "rollback_file": self.rollback_file,
-                "diff": {"before": before or "", "after": content, "before_header": self.file + " (installed)",
+                "rollback_kept": kept, "unit_file": self.file,
+                "rollback_dir": os.path.join(self.rollback_dir, self.token or "-"),
+                "diff": {"before": before[self.file] or "", "after": content, "before_header": self.file + " (installed)",
                          "after_header": self.file + " (new)"}}
 
     # -- stop ----------------------------------------------------------------------------------
-    def stop(self, patterns: list[str], kill_leftovers: bool, gpu: dict[str, Any] | None, proc_root: str = "/proc",
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    def stop(self, spec: dict[str, list[str]], kill_leftovers: bool, gpu: dict[str, Any] | None, proc_root: str = "/proc",
+             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+             stop_timeout: float = 300) -> dict[str, Any]:
+        """Stop the unit and prove it: of the processes that belonged to it before the stop (its
+        cgroup, the descendants of its main PID), those still alive with the engine's own names
+        are killed (never another process: a second server, a compiler, a shell); then the GPUs
+        must be free."""
         service = self.name + ".service"
-
-        def scan() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-            """Server processes outside any other service (ours to kill), and those inside another
-            service (a second inference service on the host is not ours: left alone, reported)."""
-            procs = list_processes(proc_root)
-            return (match_processes([(p, c) for p, c, s in procs if s in (None, service)], patterns),
-                    match_processes([(p, c) for p, c, s in procs if s not in (None, service)], patterns))
-
-        state = self.show("ActiveState")["ActiveState"]
-        was_active = state in ACTIVE_STATES
+        state = self.show("ActiveState", "MainPID")
+        was_active = state.get("ActiveState") in ACTIVE_STATES
+        main_pid = int(state.get("MainPID") or 0) if str(state.get("MainPID") or "0").isdigit() else 0
+        members = unit_members(processes(proc_root), service, main_pid) if was_active else []
         t0 = clock()
         if was_active and not self.check_mode:
-            self.systemctl("stop", service)  # systemd waits up to TimeoutStopSec, then SIGKILL
+            self.systemctl("stop", service, timeout=stop_timeout)  # systemd waits up to TimeoutStopSec, then SIGKILL
         stop_s = round(clock() - t0, 2)
         # check mode stops nothing, so the running server would count as left behind: nothing to report
-        leftovers, others = ([], []) if self.check_mode else scan()
-        killed: list[tuple[int, str]] = []
-        remaining: list[tuple[int, str]] = []
-        if leftovers:
+        found = [] if self.check_mode else leftovers(members, processes(proc_root), spec)
+        killed: list[dict[str, Any]] = []
+        remaining: list[dict[str, Any]] = []
+        if found:
             if kill_leftovers:
-                for pid, cmd in leftovers:
+                for proc in found:
                     try:
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append((pid, cmd))
+                        os.kill(proc["pid"], signal.SIGKILL)
+                        killed.append(proc)
                     except ProcessLookupError:
                         pass  # it exited by itself meanwhile
                 deadline = clock() + 10
-                while scan()[0] and clock() < deadline:
+                while leftovers(members, processes(proc_root), spec) and clock() < deadline:
                     sleep(0.2)
-            remaining = scan()[0]
+            remaining = leftovers(members, processes(proc_root), spec)
         if remaining:
-            raise UnitError("%s stopped but these server processes remain: %s. %s"
-                            % (service, "; ".join("%d %s" % pc for pc in remaining),
+            raise UnitError("%s stopped but these of its server processes remain: %s. %s"
+                            % (service, "; ".join("%d %s" % (p["pid"], p["cmd"][:200]) for p in remaining),
                                "They survived SIGKILL for 10 s (uninterruptible, e.g. stuck in the GPU driver)."
                                if kill_leftovers else "Set service_drain_kill_leftovers=true or stop them."))
-        report: dict[str, Any] = {"changed": was_active or bool(killed), "was": state, "stop_s": stop_s,
-                                  "leftover_processes": ["%d %s" % pc for pc in leftovers], "leftovers_killed": bool(killed),
-                                  "other_services_processes": ["%d %s" % pc for pc in others], "gpu_memory_used_mib": {}}
+        others = [p for p in processes(proc_root) if p["service"] not in (None, service) and engine_process(p["argv"], spec)]
+        report: dict[str, Any] = {"changed": was_active or bool(killed), "was": state.get("ActiveState"), "stop_s": stop_s,
+                                  "leftover_processes": ["%d %s" % (p["pid"], p["cmd"][:200]) for p in found],
+                                  "leftovers_killed": bool(killed),
+                                  "other_services_processes": ["%d %s" % (p["pid"], p["service"]) for p in others],
+                                  "gpu_memory_used_mib": {}}
         if gpu is not None and not self.check_mode:
             report["gpu_memory_used_mib"] = self.wait_gpu_free(gpu, clock, sleep)
         return report
 
     def wait_gpu_free(self, gpu: dict[str, Any], clock: Callable[[], float], sleep: Callable[[float], None]) -> dict[int, int]:
-        """Poll nvidia-smi until every GPU (of gpu['indices']) holds at most gpu['free_mib'] MiB."""
+        """Poll nvidia-smi until every GPU (of gpu['indices']) holds at most gpu['free_mib'] MiB, within
+        gpu['wait_s'] seconds of wall clock: each nvidia-smi call is cut at what is left of it."""
         deadline = clock() + gpu["wait_s"]
         while True:
-            rc, out, err = self.run([gpu["nvidia_smi"], "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"])
+            left = max(1.0, deadline - clock())
+            rc, out, err = self.run([gpu["nvidia_smi"], "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                                    timeout=min(left, gpu.get("call_timeout_s", 15)))
             if rc != 0:
                 raise UnitError("nvidia-smi failed (exit %d) while checking that %s freed the GPUs: %s"
                                 % (rc, self.name, (err or out).strip()))
@@ -269,29 +359,101 @@ class Unit:
                                    gpu["free_mib"]))
             sleep(min(2.0, max(0.1, deadline - clock())))
 
+    # -- the dead-man switch ---------------------------------------------------------------------
+    def switch_command(self, sweep_tag: str | None) -> list[str]:
+        """What the switch runs when it fires: end the cycle's sweep (the server needs its GPU
+        memory back), then start the unit. The only shell in the project: every word is quoted."""
+        parts = []
+        if sweep_tag:
+            parts.append("pkill -KILL -f -- %s" % shlex.quote("--tag " + re.escape(sweep_tag)))
+            parts.append("sleep 2")
+        parts.append("systemctl reset-failed -- %s" % shlex.quote(self.name + ".service"))
+        parts.append("systemctl start --no-block -- %s" % shlex.quote(self.name + ".service"))
+        return ["/bin/sh", "-c", "; ".join(parts)]
+
+    def arm(self, after_s: int, sweep_tag: str | None) -> dict[str, Any]:
+        """(Re-)arm the switch to fire `after_s` seconds from now (a transient timer + service)."""
+        if after_s < 1:
+            raise UnitError("the dead-man switch of %s needs a deadline of at least 1 s, got %s" % (self.name, after_s))
+        if self.check_mode:
+            return {"changed": True, "switch": self.switch, "fires_in_s": after_s}
+        self.disarm()
+        self.run(["systemd-run", "--unit=" + self.switch, "--on-active=%ds" % after_s, "--timer-property=AccuracySec=1s",
+                  "--description=benchmark-cycle dead-man switch: starts %s.service again" % self.name, "--",
+                  *self.switch_command(sweep_tag)], timeout=self.timeout)
+        _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3))
+        if out.strip() != "active":
+            raise UnitError("could not arm the dead-man switch %s.timer for %s (state %s): the cycle would not be safe "
+                            "without its controller, so it stops here" % (self.switch, self.name, out.strip()))
+        return {"changed": True, "switch": self.switch, "fires_in_s": after_s}
+
+    def disarm(self) -> dict[str, Any]:
+        if self.check_mode:
+            return {"changed": False, "switch": self.switch}
+        _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3, 4))
+        was = out.strip() == "active"
+        self.systemctl("stop", self.switch + ".timer", ok=(0, 1, 5))
+        self.systemctl("stop", self.switch + ".service", ok=(0, 1, 5))
+        self.systemctl("reset-failed", self.switch + ".timer", self.switch + ".service", ok=(0, 1, 5))
+        return {"changed": was, "switch": self.switch, "was_armed": was}
+
     # -- start and rollback --------------------------------------------------------------------
-    def start(self) -> dict[str, Any]:
+    def end_sweep(self, sweep_tag: str | None, proc_root: str = "/proc", clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> list[str]:
+        """A sweep this cycle started that still runs (its poll was lost, it ran past its budget)
+        holds the GPU: it is killed, and gone, before the server may start."""
+        if not sweep_tag:
+            return []
+
+        def alive() -> list[dict[str, Any]]:
+            return [p for p in processes(proc_root) if "--tag" in p["argv"][:-1]
+                    and p["argv"][p["argv"].index("--tag") + 1] == sweep_tag]
+
+        found = alive()
+        for proc in found:
+            try:
+                os.kill(proc["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = clock() + 10
+        while alive() and clock() < deadline:
+            sleep(0.1)
+        if alive():
+            raise UnitError("the sweep %s of this cycle survived SIGKILL for 10 s; %s was not started beside it"
+                            % (sweep_tag, self.name))
+        return ["%d %s" % (p["pid"], sweep_tag) for p in found]
+
+    def start(self, sweep_tag: str | None = None) -> dict[str, Any]:
         state = self.show("ActiveState")["ActiveState"]
         if self.check_mode:
-            return {"changed": state not in ACTIVE_STATES, "was": state, "n_restarts": 0}
+            return {"changed": state not in ACTIVE_STATES, "was": state, "n_restarts": 0, "sweeps_ended": []}
+        ended = self.end_sweep(sweep_tag)
         # systemd counts deliberate starts against StartLimitBurst too; reset-failed also sets
         # NRestarts to 0 (service_reset_failed), the baseline a crash loop is measured from
         self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
         if state not in ACTIVE_STATES:
             self.systemctl("start", "--no-block", self.name + ".service")
-        return {"changed": state not in ACTIVE_STATES, "was": state, "n_restarts": 0}
+        self.disarm()
+        return {"changed": state not in ACTIVE_STATES, "was": state, "n_restarts": 0, "sweeps_ended": ended}
 
     def rollback(self) -> dict[str, Any]:
+        """Put back what this cycle's install replaced, and only that; without such files there is
+        nothing to roll back to and nothing is restarted."""
+        if self.token is None:
+            raise UnitError("rollback of %s needs the cycle's token" % self.name)
+        kept_dir = os.path.join(self.rollback_dir, self.token)
         restored = []
-        for kept, live, mode in ((self.rollback_file, self.file, 0o644), (self.rollback_env, self.env_file, 0o600)):
-            text = read_text(kept)
+        for live in (self.file, self.env_file, *self.extra_files):
+            text = read_text(self.kept(live, self.token)) if live else None
             if live and text is not None and read_text(live) != text:
                 restored.append(live)
                 if not self.check_mode:
-                    self.write(live, text, mode)
+                    self.write(live, text, 0o644 if live == self.file else 0o600)
+        if not restored:
+            return {"changed": False, "rolled_back": False, "restored": [], "n_restarts": 0, "rollback_dir": kept_dir}
         if not self.check_mode:
             self.systemctl("daemon-reload")
             self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
             self.systemctl("restart", "--no-block", self.name + ".service")
-        return {"changed": True, "rolled_back": bool(restored), "restored": restored, "n_restarts": 0,
-                "rollback_file": self.rollback_file}
+        return {"changed": True, "rolled_back": True, "restored": restored, "n_restarts": 0,
+                "rollback_dir": kept_dir}
