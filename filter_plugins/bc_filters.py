@@ -26,9 +26,9 @@ from bc_sweepstats import (
 )
 from bc_unit import UnitError, check_name
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}[$]?$")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}[$]?\Z")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 

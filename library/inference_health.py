@@ -283,7 +283,7 @@ def validate(module: AnsibleModule) -> None:
         _port = parts.port
         host = parts.hostname
     except ValueError as err:
-        module.fail_json(msg="url %r is not a valid URL (%s); give e.g. http://127.0.0.1:30001 or http://[::1]:30001"
+        module.fail_json(msg="url %r has an invalid port or address (%s); give e.g. http://127.0.0.1:30001 or http://[::1]:30001"
                          % (p["url"], err))
     if parts.scheme not in ("http", "https") or not host:
         module.fail_json(msg="url %r is not an http(s) URL with a host; give e.g. http://127.0.0.1:30001" % p["url"])

@@ -57,7 +57,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_report import history_line, plot, previous_run, read_history, render
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 
 
 def load(module: AnsibleModule, path: str) -> dict:

@@ -48,7 +48,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 def check_timeout(value: float, field: str, maximum: float = 7 * 86400) -> float:
     """A finite number of seconds in (0, maximum], or a ValueError naming `field`."""
     if not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value) or value <= 0 or value > maximum:
-        raise ValueError("%s must be a number of seconds in (0, %d], got %r" % (field, maximum, value))
+        raise ValueError("%s must be > 0 and at most %d seconds (a finite number), got %r" % (field, maximum, value))
     return float(value)
 
 

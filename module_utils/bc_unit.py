@@ -34,8 +34,8 @@ from typing import Any
 Runner = Callable[..., tuple[int, str, str]]
 
 # no leading "-": a unit name must never reach systemctl as an option
-UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]*$")
-TOKEN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]*\Z")
+TOKEN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
 VERIFY_PROBLEM = r"\.service:.*(error|invalid|not executable|no such|unknown|failed|bad)"
 

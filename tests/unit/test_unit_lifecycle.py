@@ -17,9 +17,12 @@ from ansible.module_utils.bc_unit import (
     UnitError,
     busy_gpus,
     check_name,
+    engine_process,
+    leftovers,
     list_processes,
-    match_processes,
     owning_service,
+    processes,
+    unit_members,
     parse_gpu_memory,
     parse_show,
     verify_problems,
@@ -35,14 +38,19 @@ class SystemctlDouble:
         self.calls: list[list[str]] = []
         self.active, self.enabled = active, enabled
 
-    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+    def __call__(self, argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         if argv[0] != "systemctl":  # systemd-analyze and the rest are the real thing
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
             return proc.returncode, proc.stdout, proc.stderr
-        self.calls.append(argv[1:])
-        if argv[1] == "show":
-            return 0, "ActiveState=%s\nNeedDaemonReload=no\n" % self.active, ""
-        if argv[1] == "is-enabled":
+        # the unit names come after "--": never read as options
+        assert "--" in argv, argv
+        words = argv[argv.index("--") + 1:]
+        self.calls.append(words + [a for a in argv[1:argv.index("--")] if a == "--no-block"])
+        if words[0] == "show":
+            return 0, "ActiveState=%s\nNeedDaemonReload=no\nMainPID=0\n" % self.active, ""
+        if words[0] == "is-active":
+            return 3, "inactive\n", ""
+        if words[0] == "is-enabled":
             return (0 if self.enabled == "enabled" else 1), self.enabled + "\n", ""
         return 0, "", ""
 
@@ -52,13 +60,17 @@ def write(path: str, text: str, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def unit(tmp_path: Path, run: SystemctlDouble, check_mode: bool = False) -> Unit:
+def unit(tmp_path: Path, run: SystemctlDouble, check_mode: bool = False, token: str = "cycle-1") -> Unit:
     (tmp_path / "systemd").mkdir(exist_ok=True)
     return Unit("bc-test", run, write, systemd_dir=str(tmp_path / "systemd"), state_dir=str(tmp_path / "state"),
-                env_file=str(tmp_path / "etc" / "bc-test.env"), check_mode=check_mode)
+                env_file=str(tmp_path / "etc" / "bc-test.env"), check_mode=check_mode, token=token)
 
 
-@pytest.mark.parametrize("name", ["", "bad name", "a;rm -rf /", "x/y"])
+def env(tmp_path: Path, text: str) -> list[tuple[str, str, int]]:
+    return [(str(tmp_path / "etc" / "bc-test.env"), text, 0o600)]
+
+
+@pytest.mark.parametrize("name", ["", "bad name", "a;rm -rf /", "x/y", "-x", "--now"])
 def test_unit_names_outside_systemd_syntax_are_refused_naming_the_field(name):
     with pytest.raises(UnitError, match=r"name=.* is not a systemd unit name"):
         check_name(name)
@@ -95,9 +107,47 @@ def test_owning_service_reads_v1_and_v2_cgroups():
     assert owning_service("0::/\n") is None
 
 
-def test_match_processes_uses_the_engine_profiles_names():
-    procs = [(10, "/opt/sglang/bin/python -m sglang.launch_server --tp 8"), (11, "sglang::scheduler_TP3"), (12, "vim notes")]
-    assert [p for p, _ in match_processes(procs, ["sglang.launch_server", "sglang::scheduler"])] == [10, 11]
+def test_engine_processes_are_matched_by_exact_titles_and_executables_never_substrings():
+    from ansible.module_utils.bc_engines import ENGINES
+
+    sglang, llama = ENGINES["sglang"]["processes"], ENGINES["llamacpp"]["processes"]
+    assert engine_process(["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--tp", "8"], sglang)
+    assert engine_process(["sglang::scheduler_TP3"], sglang) and engine_process(["sglang::detokenizer"], sglang)
+    assert engine_process(["/usr/local/bin/llama-server", "--port", "8080"], llama)
+    # a compiler building the server, an editor, a grep: their command lines only mention it
+    assert not engine_process(["/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "tools/server/llama-server.cpp"], llama)
+    assert not engine_process(["grep", "sglang.launch_server"], sglang)
+    assert not engine_process(["vim", "sglang::scheduler notes"], sglang)
+    assert not engine_process(["llama-server-wrapper.sh"], llama)
+
+
+def test_leftovers_are_only_the_units_former_processes_with_the_engines_names():
+    """Real processes: one started as the unit's (a member before the stop), one with the same
+    name that never belonged to it, one member with another name: only the first is a leftover."""
+    member = subprocess.Popen(["bash", "-c", "exec -a llama-server sleep 30"])
+    stranger = subprocess.Popen(["bash", "-c", "exec -a llama-server sleep 31"])
+    helper = subprocess.Popen(["sleep", "32"])
+    try:
+        time.sleep(0.3)
+        before = [p for p in processes() if p["pid"] in (member.pid, helper.pid)]
+        from ansible.module_utils.bc_engines import ENGINES
+
+        found = leftovers(before, processes(), ENGINES["llamacpp"]["processes"])
+        assert [p["pid"] for p in found] == [member.pid]
+        # a reused pid is not the same process: the start time differs
+        assert leftovers([dict(before[0], start=before[0]["start"] + 1)], processes(), ENGINES["llamacpp"]["processes"]) == []
+    finally:
+        for proc in (member, stranger, helper):
+            proc.kill()
+            proc.wait()
+
+
+def test_unit_members_are_its_cgroup_and_the_main_pids_descendants():
+    procs = [{"pid": 1, "ppid": 0, "service": None}, {"pid": 10, "ppid": 1, "service": "x.service"},
+             {"pid": 11, "ppid": 10, "service": None}, {"pid": 12, "ppid": 11, "service": None},
+             {"pid": 20, "ppid": 1, "service": "x.service"}, {"pid": 30, "ppid": 1, "service": None}]
+    assert sorted(p["pid"] for p in unit_members(procs, "x.service", 10)) == [10, 11, 12, 20]
+    assert sorted(p["pid"] for p in unit_members(procs, "y.service", 0)) == []
 
 
 def test_list_processes_finds_a_real_renamed_process_and_not_itself():
@@ -115,7 +165,7 @@ def test_list_processes_finds_a_real_renamed_process_and_not_itself():
 def test_install_refuses_a_unit_that_fails_verification_and_writes_nothing(tmp_path):
     run = SystemctlDouble()
     with pytest.raises(UnitError, match=r"fails systemd-analyze verify and was not installed: .*not executable"):
-        unit(tmp_path, run).install(GOOD.replace("/bin/sleep", "/nonexistent/server"), "K=1\n", True, str(tmp_path))
+        unit(tmp_path, run).install(GOOD.replace("/bin/sleep", "/nonexistent/server"), env(tmp_path, "K=1\n"), True, str(tmp_path))
     assert not (tmp_path / "systemd" / "bc-test.service").exists()
     assert not (tmp_path / "etc").exists()
     assert run.calls == []
@@ -123,41 +173,90 @@ def test_install_refuses_a_unit_that_fails_verification_and_writes_nothing(tmp_p
 
 def test_install_keeps_the_replaced_unit_and_env_for_rollback_and_writes_env_0600(tmp_path):
     run = SystemctlDouble()
-    first = unit(tmp_path, run).install(GOOD, "K=1\n", True, str(tmp_path))
+    first = unit(tmp_path, run).install(GOOD, env(tmp_path, "K=1\n"), True, str(tmp_path))
     assert first["changed"] and first["unit_changed"] and first["daemon_reloaded"] and first["enable_changed"]
     assert not first["rollback_kept"]  # nothing was installed before
-    env = tmp_path / "etc" / "bc-test.env"
-    assert stat.S_IMODE(env.stat().st_mode) == 0o600
+    env_file = tmp_path / "etc" / "bc-test.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert ["enable", "bc-test.service"] in run.calls
 
     run = SystemctlDouble(enabled="enabled")
-    again = unit(tmp_path, run).install(GOOD, "K=1\n", True, str(tmp_path))
+    again = unit(tmp_path, run).install(GOOD, env(tmp_path, "K=1\n"), True, str(tmp_path))
     assert not again["changed"] and run.calls[-1][0] == "is-enabled"  # idempotent: no reload, no enable
 
-    second = unit(tmp_path, run).install(GOOD.replace("sleep 1", "sleep 2"), "K=2\n", True, str(tmp_path))
-    assert second["unit_changed"] and second["env_changed"] and second["rollback_kept"]
-    assert (tmp_path / "state/rollback/bc-test.service").read_text() == GOOD
-    assert (tmp_path / "state/rollback/bc-test.env").read_text() == "K=1\n"
+    second = unit(tmp_path, run, token="cycle-2").install(GOOD.replace("sleep 1", "sleep 2"), env(tmp_path, "K=2\n"), True,
+                                                          str(tmp_path))
+    assert second["unit_changed"] and second["env_changed"] and len(second["rollback_kept"]) == 2
+    assert (tmp_path / "state/rollback/cycle-2/bc-test.service").read_text() == GOOD
+    assert (tmp_path / "state/rollback/cycle-2/bc-test.env").read_text() == "K=1\n"
+    assert stat.S_IMODE((tmp_path / "state/rollback/cycle-2/bc-test.env").stat().st_mode) == 0o600
     assert "sleep 1" in second["diff"]["before"] and "sleep 2" in second["diff"]["after"]
 
 
 def test_install_in_check_mode_diffs_and_changes_nothing(tmp_path):
     run = SystemctlDouble()
-    result = unit(tmp_path, run, check_mode=True).install(GOOD, "K=1\n", True, str(tmp_path))
+    result = unit(tmp_path, run, check_mode=True).install(GOOD, env(tmp_path, "K=1\n"), True, str(tmp_path))
     assert result["changed"] and result["diff"]["after"] == GOOD
     assert not (tmp_path / "systemd" / "bc-test.service").exists() and not (tmp_path / "etc").exists()
     assert [c[0] for c in run.calls] == ["is-enabled"]
 
 
-def test_rollback_puts_back_the_kept_unit_and_env(tmp_path):
+def test_rollback_puts_back_what_this_cycle_replaced(tmp_path):
     run = SystemctlDouble()
-    u = unit(tmp_path, run)
-    u.install(GOOD, "K=1\n", None, str(tmp_path))
-    u.install(GOOD.replace("sleep 1", "sleep 9"), "K=9\n", None, str(tmp_path))
+    unit(tmp_path, run, token="c1").install(GOOD, env(tmp_path, "K=1\n"), None, str(tmp_path))
+    u = unit(tmp_path, run, token="c2")
+    u.install(GOOD.replace("sleep 1", "sleep 9"), env(tmp_path, "K=9\n"), None, str(tmp_path))
     result = u.rollback()
     assert result["rolled_back"] and (tmp_path / "systemd/bc-test.service").read_text() == GOOD
     assert (tmp_path / "etc/bc-test.env").read_text() == "K=1\n"
-    assert run.calls[-3:] == [["daemon-reload"], ["reset-failed", "bc-test.service"], ["restart", "--no-block", "bc-test.service"]]
+    assert run.calls[-3:] == [["daemon-reload"], ["reset-failed", "bc-test.service"], ["restart", "bc-test.service", "--no-block"]]
+
+
+def test_rollback_of_a_cycle_that_changed_nothing_restores_nothing_and_restarts_nothing(tmp_path):
+    """The stale-rollback repro: v1, then v2 with a new key, then v2 unchanged whose server never
+    gets ready: the third cycle must not bring v1 and the old key back, nor restart anything."""
+    run = SystemctlDouble()
+    v1, v2 = GOOD, GOOD.replace("sleep 1", "sleep 2")
+    unit(tmp_path, run, token="c1").install(v1, env(tmp_path, "KEY=old\n"), None, str(tmp_path))
+    unit(tmp_path, run, token="c2").install(v2, env(tmp_path, "KEY=new\n"), None, str(tmp_path))
+    third = unit(tmp_path, run, token="c3")
+    assert not third.install(v2, env(tmp_path, "KEY=new\n"), None, str(tmp_path))["changed"]
+    calls = len(run.calls)
+    result = third.rollback()
+    assert not result["rolled_back"] and not result["changed"]
+    assert (tmp_path / "systemd/bc-test.service").read_text() == v2 and (tmp_path / "etc/bc-test.env").read_text() == "KEY=new\n"
+    assert run.calls[calls:] == []  # nothing restarted
+
+
+def test_a_hung_command_fails_at_its_timeout_naming_it(tmp_path):
+    from ansible.module_utils.bc_host import CommandError, run
+
+    script = tmp_path / "nvidia-smi"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    script.chmod(0o755)
+    u = Unit("bc-test", lambda argv, timeout=None: run(argv, timeout), write, systemd_dir="/nonexistent", state_dir="/nonexistent")
+    started = time.monotonic()
+    with pytest.raises(CommandError, match=r"nvidia-smi.* did not finish within 2 s and was killed"):
+        u.wait_gpu_free({"nvidia_smi": str(script), "free_mib": 2048, "wait_s": 2}, time.monotonic, time.sleep)
+    assert time.monotonic() - started < 60  # cut at the deadline, not after the hung command
+
+
+def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    argv = u.switch_command("llama-lab/2026-1 $(touch /tmp/x)")
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[2].index("pkill -KILL") < argv[2].index("systemctl start --no-block -- llama-lab.service")
+    assert "'--tag llama\\-lab/2026\\-1\\ \\$\\(touch\\ /tmp/x\\)'" in argv[2]  # one quoted, regex-escaped word
+    # the real shell and pkill read it as the literal tag: a process with exactly that tag matches, nothing runs
+    probe = subprocess.Popen(["bash", "-c", "exec -a 'x --tag llama-lab/2026-1 $(touch /tmp/x)' sleep 30"])
+    try:
+        time.sleep(0.3)
+        pattern = argv[2].split(";")[0].replace("pkill -KILL", "pgrep")
+        out = subprocess.run(["/bin/sh", "-c", pattern], capture_output=True, text=True, check=False).stdout.split()
+        assert str(probe.pid) in out
+    finally:
+        probe.kill()
+        probe.wait()
 
 
 class NvidiaSmiDouble:
@@ -166,7 +265,7 @@ class NvidiaSmiDouble:
     def __init__(self, frees_after: int | None) -> None:
         self.polls, self.frees_after = 0, frees_after
 
-    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+    def __call__(self, argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         assert argv[1:] == ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
         self.polls += 1
         held = self.frees_after is None or self.polls <= self.frees_after

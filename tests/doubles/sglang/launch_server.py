@@ -14,6 +14,11 @@ under systemd:
     sglang:engine_startup_time
   - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4")
   - SIGTERM: waits for running requests (graceful), then exits 0
+  - `--config FILE.yaml` (server_args.py prepare_server_args + server_args_config_parser.py, 0.5.10 and
+    0.5.16): the file's keys become arguments before the command line's; this double reads the
+    `key: <JSON scalar>` lines the cycle writes (the API key file), not all of YAML
+  - at start it logs `server_args=ServerArgs(...)` with every argument, the API key included, as
+    srt/entrypoints/engine.py:648 (0.5.10) does: what the cycle must never show
 Test knobs (environment, double only): BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
 BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER.
 """
@@ -54,7 +59,21 @@ def parse() -> argparse.Namespace:
     p.add_argument("--watchdog-timeout", type=float)
     p.add_argument("--max-running-requests", type=int)
     p.add_argument("--cuda-graph-max-bs", type=int)
-    return p.parse_args()
+    p.add_argument("--config")
+    argv = sys.argv[1:]
+    if "--config" in argv:
+        at = argv.index("--config")
+        path = argv[at + 1]
+        if not path.endswith((".yaml", ".yml")) or not os.path.exists(path):
+            raise SystemExit("ValueError: Config file must be YAML format and exist: %s" % path)
+        extra: list[str] = []
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                key, sep, value = line.partition(":")
+                if sep and not line.startswith("#"):
+                    extra += ["--" + key.strip(), str(json.loads(value.strip()))]
+        argv = extra + argv[:at] + argv[at + 2:]
+    return p.parse_args(argv)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -120,6 +139,7 @@ def main() -> None:
     Handler.args = args
     t0 = time.monotonic()
     load = float(os.environ.get("BC_DOUBLE_LOAD_S", "1"))
+    log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(vars(args).items()) if kv[0] != "config"))
     log("Load weight begin. avail mem=139.10 GB")
     time.sleep(load / 2)
     log("Load weight end. elapsed=%.2f s, type=DeepseekV3ForCausalLM, avail mem=71.20 GB, mem usage=67.90 GB." % (load / 2))

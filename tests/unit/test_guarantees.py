@@ -1,0 +1,133 @@
+"""The guarantees' pure parts and the modules' refusals, through the real `ansible` CLI where a
+module is the point: hostile input gets a clear error naming the field, never a traceback, and a
+secret never appears in any text the cycle shows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from bc_filters import cycle_budget, env_lines, redact, safe_name, settings_problems
+from test_modules_adhoc import adhoc
+
+KEY = "sk-bc-test-7f3a9c1e"
+
+
+@pytest.mark.parametrize("text", [
+    f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', admin_api_key=None, port=30001)",  # SGLang engine.py:648
+    f"ExecStart=/usr/bin/llama-server --api-key {KEY} --port 8080",
+    f'{{"api_key": "{KEY}"}}', f"Authorization: Bearer {KEY}", f"LLAMA_API_KEY={KEY}", f"the key is {KEY}",
+])
+def test_redact_removes_the_key_in_every_shape_it_takes(text):
+    assert KEY not in redact(text, [KEY])
+    assert KEY not in redact(text) or text.endswith(f"is {KEY}")  # the patterns alone catch every named field
+
+
+def test_redact_leaves_ordinary_numbers_and_tags_alone():
+    text = "max_total_num_tokens=812345, #tokens: 9 --tag llama-lab/20261201T000000Z-1 api_key=None"
+    assert redact(text, [KEY]) == text
+
+
+def test_env_lines_quote_for_systemd_and_keep_utf8():
+    assert env_lines({"A": 'x"$y`z\\w', "B": "héllo €", "C": True}) == 'A="x\\"\\$y\\`z\\\\w"\nB="héllo €"\nC="true"\n'
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"E\nLD_PRELOAD": "/x.so"}, "is not an environment variable name"),
+    ({"1X": "v"}, "is not an environment variable name"),
+    ({"A": "one\nLD_PRELOAD=/x.so"}, "bc_engine_env.A holds a control character"),
+])
+def test_env_lines_refuse_what_would_inject_a_line(env, message):
+    with pytest.raises(ValueError, match=message):
+        env_lines(env)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"bc_api_key": KEY + "\n"}, "bc_api_key holds whitespace or a control character"),
+    ({"bc_sweep_poll_s": 0}, "bc_sweep_poll_s=0: give a number from 1 to 3600 (0 would detach the sweep"),
+    ({"bc_readiness_timeout_s": math.nan}, "bc_readiness_timeout_s=nan"),
+    ({"bc_readiness_timeout_s": "inf"}, "bc_readiness_timeout_s=inf"),
+    ({"bc_drain_deadline_s": 1e12}, "bc_drain_deadline_s=1000000000000.0"),
+    ({"bc_service_user": "root\nExecStartPre=/bin/sh"}, "bc_service_user='root\\nExecStartPre=/bin/sh' is not a user"),
+    ({"bc_service_group": "wheel\n"}, "bc_service_group"),
+    ({"bc_unit": "llama-lab\n"}, "is not a systemd unit name"),
+    ({"bc_unit": "-H"}, "bc_unit=-H is not a systemd unit name"),
+    ({"bc_engine_env": {"E\nLD_PRELOAD": 1}}, "is not an environment variable name"),
+    ({"bc_results_dir": "results"}, "bc_results_dir=results: give an absolute path"),
+    ({"bc_stop_policy": "sometimes"}, "bc_stop_policy=sometimes: use one of auto|always|never"),
+])
+def test_settings_problems_name_the_field_and_never_the_key(settings, message):
+    problems = settings_problems(settings)
+    assert any(message in p for p in problems), problems
+    assert not any(KEY in p for p in problems)
+
+
+def test_sound_settings_have_no_problem():
+    assert settings_problems({"bc_api_key": KEY, "bc_sweep_poll_s": 5, "bc_unit": "sglang-k26-ddtree", "bc_service_user": "sglang",
+                              "bc_engine_env": {"SGLANG_CACHE_DIR": "/var/cache/sglang"}, "bc_results_dir": "/srv/results"}) == []
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden", "-x", "", "x\ny"])
+def test_safe_name_refuses_path_escapes(name):
+    with pytest.raises(ValueError, match="cannot name a file"):
+        safe_name(name, "inventory_hostname")
+
+
+def test_cycle_budget_adds_the_phases():
+    assert cycle_budget({"drain": 130, "sweep": 3660.0, "readiness": 940}) == {
+        "phases": {"drain": 130.0, "sweep": 3660.0, "readiness": 940.0}, "total_s": 4730.0}
+
+
+@pytest.mark.parametrize(("module", "args", "message"), [
+    ("inference_health", {"url": "http://[::1"}, "has an invalid port or address"),
+    ("inference_health", {"url": "http://127.0.0.1:8080", "timeout": 1e12}, "timeout must be > 0 and at most 3600"),
+    ("inference_health", {"url": "http://127.0.0.1:8080", "timeout": "nan"}, "timeout must be > 0"),
+    ("inference_health", {"url": "http://127.0.0.1:8080", "timeout": "inf"}, "timeout must be > 0"),
+    ("marlin_sweep", {"output": "/tmp/never.json", "backend": "torch", "group_size": 0}, "group_size must be -1 (per channel) or >= 1"),
+    ("marlin_sweep", {"output": "/tmp/never.json", "backend": "torch", "intermediate_size": -2048}, "intermediate_size must be >= 1"),
+    ("marlin_sweep", {"output": "/tmp/never.json", "device": -1}, "device must be a CUDA device index >= 0"),
+    ("marlin_sweep", {"output": "/tmp/never.json", "python": "/nonexistent/python"}, "python=/nonexistent/python is not an executable"),
+    ("host_lock", {"path": "/tmp/bc-test.lock", "token": "t", "stale_after": -1, "break_stale": True}, "stale_after must be >= 0"),
+    ("inference_unit", {"name": "-H", "state": "started"}, "is not a systemd unit name"),
+])
+def test_modules_refuse_hostile_input_naming_the_field(module, args, message):
+    r = adhoc(module, args, check=module == "marlin_sweep")
+    assert r["_status"] == "FAILED!" and message in r["msg"], r
+    assert "Traceback" not in json.dumps(r)
+
+
+def test_a_sweep_that_fits_nowhere_is_not_runnable_before_anything_is_touched():
+    # one typo in the AWX survey: 1,1000000000 tokens
+    r = adhoc("marlin_sweep", {"output": "/tmp/never.json", "backend": "torch", "batch_sizes": [1, 1000000000],
+                               "preflight": True, "python": "/bin/true"}, check=True)
+    assert r["_status"] == "SUCCESS" and r["runnable"] is False and not r["fits"]
+    assert "the sweep needs ~" in r["why"] and "memory in all" in r["why"]
+    ok = adhoc("marlin_sweep", {"output": "/tmp/never.json", "backend": "torch", "batch_sizes": [1, 2], "num_experts": 8,
+                                "hidden_size": 256, "intermediate_size": 256, "top_k": 2, "preflight": True, "python": "/bin/true"},
+               check=True)
+    assert ok["runnable"] is True
+
+
+def test_sweep_report_refuses_malformed_results_and_keeps_history_without_a_plot(tmp_path):
+    bad = tmp_path / "bad.json"
+    for text in ("{not json", "[1, 2]", '{"points": [{"m": "x"}]}'):
+        bad.write_text(text)
+        r = adhoc("sweep_report", {"result": str(bad), "host": "lab1", "stamp": "20261201T000000Z", "history": str(tmp_path / "h.jsonl")})
+        assert r["_status"] == "FAILED!" and ("cannot read sweep result" in r["msg"] or "is not a marlin_sweep result" in r["msg"]), r
+    escape = adhoc("sweep_report", {"result": str(bad), "host": "../../etc", "stamp": "x", "history": str(tmp_path / "h.jsonl")})
+    assert escape["_status"] == "FAILED!" and "host='../../etc' is not a safe file name" in escape["msg"]
+
+
+def test_plot_failure_keeps_the_history_line(tmp_path):
+    """/usr/bin/python3 has no matplotlib: the plot fails, the report and the history line are kept."""
+    doc = Path(__file__).resolve().parents[2] / "docs/h200/run1-tp8-sglang.json"
+    result = tmp_path / "sweep-tp8-sglang.json"
+    result.write_text(doc.read_text())
+    history = tmp_path / "history.jsonl"
+    r = adhoc("sweep_report", {"result": str(result), "host": "h200", "stamp": "20261201T000000Z", "history": str(history)},
+              python="/usr/bin/python3")
+    assert r["_status"] == "CHANGED", r
+    assert r["plot"] is None and Path(r["report"]).exists()
+    assert len(history.read_text().splitlines()) == 1
