@@ -354,8 +354,16 @@ def main() -> None:
         unit_state, jfacts = unit_facts(module, p["unit"], p["engine"], p["journal_lines"],
                                         read_journal=answer.status != 200 or p["probe"] == "load")
 
-    result = classify(p["engine"], "completion" if p["probe"] == "completion" else "status", answer,
-                      unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
+    if p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed"):
+        # a server that is not running has nothing in flight: known zero, not unknown
+        result = {"ready": False, "failed": False, "phase": "down", "http_status": answer.status,
+                  "latency_ms": round(answer.latency_ms, 1), "reason": "unit %s is %s: nothing in flight"
+                  % (p["unit"], unit_state.get("ActiveState"))}
+        answer = HttpResult(200, "", latency_ms=answer.latency_ms)
+        jfacts.pop("journal_failure")
+    else:
+        result = classify(p["engine"], "completion" if p["probe"] == "completion" else "status", answer,
+                          unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
     result["changed"] = False
     result["url"] = base
     result["host_time"] = round(time.time(), 3)
@@ -369,6 +377,8 @@ def main() -> None:
     if p["probe"] == "load" and not result["failed"]:
         # unknown is not zero: no gauges, an error status or no answer leaves in_flight null, with why
         total, each = in_flight(answer.body, p["engine"]) if answer.status == 200 else (None, {})
+        if result["phase"] == "down" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed"):
+            total, each = 0.0, {}
         result.update(in_flight=total, in_flight_by_metric=each)
         if total is None:
             result["in_flight_unknown"] = (

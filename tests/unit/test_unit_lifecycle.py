@@ -21,10 +21,10 @@ from ansible.module_utils.bc_unit import (
     leftovers,
     list_processes,
     owning_service,
-    processes,
-    unit_members,
     parse_gpu_memory,
     parse_show,
+    processes,
+    unit_members,
     verify_problems,
 )
 

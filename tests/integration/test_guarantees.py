@@ -1,0 +1,180 @@
+"""The guarantees, each tried the way it broke (issue "Guarantees"): real cycles against the lab
+(systemd as PID 1, the real llama-server, the SGLang double for SGLang-only behaviour), each
+asserting what the service, the router, the lock and every output look like afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from conftest import CONTAINER, DOUBLE, ROOT, env, lab_hosts, playbook, playbook_cmd, serving, sh
+
+KEY = "sk-bc-guard-5e1d07a9"
+HOOK = "/usr/local/bin/lb-hook"
+
+
+def pid() -> str:
+    return sh("systemctl show -p ExecMainPID --value llama-lab").strip()
+
+
+def router() -> list[str]:
+    """The router hook's calls on the host, in order (remove/restore)."""
+    return sh("cat /tmp/lb-log 2>/dev/null || true").split()
+
+
+def with_router(extra: dict | None = None) -> dict:
+    sh(f"printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\n' > {HOOK} && chmod +x {HOOK} && rm -f /tmp/lb-log")
+    return dict(extra or {}, bc_lb_remove={"argv": [HOOK, "remove", "token-" + KEY]},
+                bc_lb_restore={"argv": [HOOK, "restore", "token-" + KEY]})
+
+
+def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_the_stop(llama):
+    run = playbook("benchmark_cycle.yml", extra_vars=with_router())
+    assert run.rc == 0, run.out[-3000:]
+    assert router() == ["remove", "restore"]
+    assert KEY not in run.out  # the hook's token: no_log
+    # a failure after the stop (the sweep crashes): the service comes back, then the router takes it back
+    fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": "/bin/false"}))
+    assert fail.rc != 0
+    assert router() == ["remove", "restore"], fail.out[-3000:]
+    assert serving() == "active, answers 2+2=4"
+
+
+def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_says_so(llama):
+    run = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_probe_expect": "5"}))
+    assert run.rc != 0
+    assert router() == ["remove"]
+    assert "The host stays OUT of the router" in run.out, run.out[-3000:]
+
+
+def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama):
+    """v1; v2 with a new key; v2 unchanged with a server that fails its check: v2 and the new key stay."""
+    v2 = {"bc_api_key": KEY, "bc_engine_env": {"BC_VERSION": "v2"}}
+    assert playbook("benchmark_cycle.yml", extra_vars=v2).rc == 0
+    unit_v2 = sh("sha256sum /etc/systemd/system/llama-lab.service /etc/benchmark-cycle/llama-lab.env")
+    before = pid()
+    run = playbook("benchmark_cycle.yml", extra_vars=dict(v2, bc_probe_expect="5"))
+    assert run.rc != 0
+    assert "this cycle replaced nothing to roll back to" in " ".join(run.out.split()), run.out[-3000:]
+    assert sh("sha256sum /etc/systemd/system/llama-lab.service /etc/benchmark-cycle/llama-lab.env") == unit_v2
+    assert f"LLAMA_API_KEY=\"{KEY}\"" in sh("cat /etc/benchmark-cycle/llama-lab.env")
+    assert pid() != before  # started once after the stop, not restarted again by a rollback
+
+
+def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path):
+    """The SGLang double logs its server_args (the key included) as SGLang does; a readiness failure
+    prints the journal tail: the key must appear nowhere, at -vvv too, and not in the event log."""
+    extra = dict(DOUBLE, bc_api_key=KEY, bc_readiness_timeout_s=4, bc_readiness_delay_s=1)
+    extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="100000")
+    log = tmp_path / "events.jsonl"
+    proc = subprocess.run(playbook_cmd("benchmark_cycle.yml", "-vvv", extra_vars=extra), cwd=ROOT,
+                          env=env(BC_CYCLE_EVENT_LOG=str(log)), capture_output=True, text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "journal lines of sglang-double" in out, out[-3000:]
+    assert "api_key='<redacted>'" in out  # the line was there, redacted
+    cmdline = sh("cat /proc/$(systemctl show -p MainPID --value sglang-double)/cmdline | tr '\\0' ' '")
+    sh("systemctl stop sglang-double")
+    leaks = {"stdout -vvv": KEY in out.replace(json.dumps(KEY)[1:-1], KEY) and out.count(KEY),
+             "event log": KEY in log.read_text(), "cmdline": KEY in cmdline,
+             "results": any(KEY in p.read_text(errors="replace") for p in (ROOT / "results").rglob("*") if p.is_file())}
+    assert not any(leaks.values()), leaks
+    assert "--config /etc/benchmark-cycle/sglang-double.secrets.yaml" in cmdline
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert sh("stat -c %a /etc/benchmark-cycle/sglang-double.secrets.yaml").strip() == "600"
+
+
+def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama):
+    """SIGKILL to ansible-playbook mid-sweep, then nothing: the switch ends the orphaned sweep and
+    starts the service; the next cycle, from any controller, takes the expired lock over."""
+    extra = {"bc_sweep_iters": 2000, "bc_sweep_timeout_s": 15, "bc_stop_timeout_s": 10, "bc_switch_margin_s": 3}
+    proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "ansible.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true"):
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller vanishes: no rescue, no always
+    proc.wait(timeout=30)
+    assert sh("systemctl is-active llama-lab", check=False).strip() != "active"
+    fires = int(sh("systemctl show -p NextElapseUSecMonotonic --value bc-deadman-llama-lab.timer || true").strip() or 0)
+    assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"
+    # wait (bounded) for what the switch promises: the service answers again, the sweep is gone
+    limit = time.monotonic() + 15 + 10 + 3 + 10 + 60 + 120
+    while time.monotonic() < limit and serving() != "active, answers 2+2=4":
+        time.sleep(1)
+    assert serving() == "active, answers 2+2=4" and fires > 0
+    assert not sh("pgrep -af [b]c_marlin || true").strip()
+    # the dead cycle's lock is taken over once its lease ends: here a re-run from this controller
+    run = playbook("benchmark_cycle.yml")
+    assert run.rc == 0, run.out[-3000:]
+    assert "broke the lock of cycle" in run.out and "stopped" in run.out
+
+
+def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is_touched(llama):
+    before = pid()
+    huge = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_batch_sizes": "1,1000000000"})
+    assert huge.rc != 0 and "the sweep cannot run on lab1" in huge.out and "memory in all" in huge.out, huge.out[-2000:]
+    detached = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_poll_s": 0})
+    assert detached.rc != 0 and "bc_sweep_poll_s=0" in detached.out
+    budget = playbook("benchmark_cycle.yml", extra_vars={"bc_job_budget_s": 60})
+    assert budget.rc != 0 and "worst case" in budget.out and "bc_job_budget_s=60" in budget.out
+    bad_env = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_env": {"E\nLD_PRELOAD": "/x.so"}, "bc_api_key": KEY + "\n"})
+    assert bad_env.rc != 0 and "is not an environment variable name" in bad_env.out and "bc_api_key holds whitespace" in bad_env.out
+    assert KEY not in bad_env.out
+    assert pid() == before and "LD_PRELOAD" not in sh("cat /etc/benchmark-cycle/llama-lab.env")
+
+
+def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(llama):
+    """/metrics off (llama-server answers 501): unknown is not zero."""
+    settings = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_engine_settings"]
+    extra = {"bc_engine_settings": dict(settings, enable_metrics=False), "bc_drain_deadline_s": 2, "bc_stop_policy": "always"}
+    assert playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_drain_on_deadline="force")).rc == 0  # applies it
+    before = pid()
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc != 0
+    assert "in-flight work unknown" in run.out and "HTTP 501" in run.out, run.out[-3000:]
+    assert pid() == before  # never stopped
+
+
+def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(llama, tmp_path):
+    """serial 2: host A's lock is held by another cycle, host B cycles; B's lock is gone afterwards."""
+    hosts = lab_hosts()
+    lab1 = dict(hosts["lab1"])
+    inventory = {"all": {"children": {"inference": {"hosts": {"lab1": lab1, "lab1-other": dict(lab1, bc_unit="other-unit")}}}}}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    group_vars = tmp_path / "group_vars"
+    group_vars.mkdir()
+    (group_vars / "all.yml").write_text((ROOT / "inventory/lab/group_vars/all.yml").read_text())
+    owner = json.dumps({"token": "foreign", "user": "bob", "controller": "elsewhere", "pid": "1", "started": "now"})
+    sh(f"mkdir -p /run/lock/benchmark-cycle-other-unit.lock && echo '{owner}' > /run/lock/benchmark-cycle-other-unit.lock/owner.json")
+    cmd = [str(Path(playbook_cmd("x")[0])), "benchmark_cycle.yml", "-i", str(inv), "-e", json.dumps({"bc_serial": 2})]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600, check=False)
+    sh("rm -rf /run/lock/benchmark-cycle-other-unit.lock")
+    assert proc.returncode != 0 and "another benchmark cycle holds" in proc.stdout
+    assert not sh("ls /run/lock | grep benchmark-cycle-llama-lab || true").strip(), proc.stdout[-3000:]
+    assert serving() == "active, answers 2+2=4"
+
+
+def test_results_go_to_the_configured_directory_and_the_summary_is_published(llama):
+    with tempfile.TemporaryDirectory() as results:
+        run = playbook("benchmark_cycle.yml", extra_vars={"bc_results_dir": results})
+        assert run.rc == 0, run.out[-3000:]
+        assert list(Path(results).glob("lab1/*/sweep-tp1-torch.json")) and (Path(results) / "history.jsonl").exists()
+        assert "Publish the summary as job artifacts" in run.out
+
+
+def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama):
+    # a compiler building llama-server.cpp, outside the unit: never the cycle's to kill
+    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c", "exec -a cc1plus sleep 600 tools/server/llama-server.cpp"])
+    time.sleep(0.5)
+    run = playbook("benchmark_cycle.yml")
+    assert run.rc == 0, run.out[-3000:]
+    assert sh("pgrep -f '[c]c1plus' || true").strip()
+    sh("pkill -f '[c]c1plus' || true")
