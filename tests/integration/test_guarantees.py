@@ -41,7 +41,10 @@ def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_t
     assert router() == ["remove", "restore"]
     assert KEY not in run.out  # the hook's token: no_log
     # a failure after the stop (the sweep crashes): the service comes back, then the router takes it back
-    fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": "/bin/false"}))
+    # the import check passes, the sweep itself exits 3
+    sh("printf '#!/bin/sh\\ncase \"$1\" in -c) exec /opt/bench-venv/bin/python \"$@\";; esac\\nexit 3\\n' > /usr/local/bin/failing-python"
+       " && chmod +x /usr/local/bin/failing-python")
+    fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": "/usr/local/bin/failing-python"}))
     assert fail.rc != 0
     assert router() == ["remove", "restore"], fail.out[-3000:]
     assert serving() == "active, answers 2+2=4"
@@ -69,19 +72,21 @@ def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama):
 
 
 def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path):
-    """The SGLang double logs its server_args (the key included) as SGLang does; a readiness failure
+    """The SGLang double logs its server_args (the key included) as SGLang does; a failed check
     prints the journal tail: the key must appear nowhere, at -vvv too, and not in the event log."""
-    extra = dict(DOUBLE, bc_api_key=KEY, bc_readiness_timeout_s=4, bc_readiness_delay_s=1)
-    extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="100000")
+    extra = dict(DOUBLE, bc_api_key=KEY)
+    extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="0.2")
+    first = playbook("benchmark_cycle.yml", extra_vars=extra)  # installs the unit with the key, serves
+    assert first.rc == 0 and KEY not in first.out, first.out[-3000:]
     log = tmp_path / "events.jsonl"
-    proc = subprocess.run(playbook_cmd("benchmark_cycle.yml", "-vvv", extra_vars=extra), cwd=ROOT,
+    proc = subprocess.run(playbook_cmd("benchmark_cycle.yml", "-vvv", extra_vars=dict(extra, bc_probe_expect="5")), cwd=ROOT,
                           env=env(BC_CYCLE_EVENT_LOG=str(log)), capture_output=True, text=True, timeout=600, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "journal lines of sglang-double" in out, out[-3000:]
     assert "api_key='<redacted>'" in out  # the line was there, redacted
     cmdline = sh("cat /proc/$(systemctl show -p MainPID --value sglang-double)/cmdline | tr '\\0' ' '")
     sh("systemctl stop sglang-double")
-    leaks = {"stdout -vvv": KEY in out.replace(json.dumps(KEY)[1:-1], KEY) and out.count(KEY),
+    leaks = {"stdout -vvv": KEY in out,
              "event log": KEY in log.read_text(), "cmdline": KEY in cmdline,
              "results": any(KEY in p.read_text(errors="replace") for p in (ROOT / "results").rglob("*") if p.is_file())}
     assert not any(leaks.values()), leaks
@@ -102,13 +107,14 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama):
     os.killpg(proc.pid, signal.SIGKILL)  # the controller vanishes: no rescue, no always
     proc.wait(timeout=30)
     assert sh("systemctl is-active llama-lab", check=False).strip() != "active"
-    fires = int(sh("systemctl show -p NextElapseUSecMonotonic --value bc-deadman-llama-lab.timer || true").strip() or 0)
-    assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"
+    assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"  # armed, waiting
     # wait (bounded) for what the switch promises: the service answers again, the sweep is gone
     limit = time.monotonic() + 15 + 10 + 3 + 10 + 60 + 120
     while time.monotonic() < limit and serving() != "active, answers 2+2=4":
         time.sleep(1)
-    assert serving() == "active, answers 2+2=4" and fires > 0
+    assert serving() == "active, answers 2+2=4"
+    # it was the switch that started it (systemd logs the transient service's start)
+    assert "dead-man switch" in sh("journalctl --no-pager -u bc-deadman-llama-lab.service -o cat || true")
     assert not sh("pgrep -af [b]c_marlin || true").strip()
     # the dead cycle's lock is taken over once its lease ends: here a re-run from this controller
     run = playbook("benchmark_cycle.yml")
@@ -172,7 +178,8 @@ def test_results_go_to_the_configured_directory_and_the_summary_is_published(lla
 
 def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama):
     # a compiler building llama-server.cpp, outside the unit: never the cycle's to kill
-    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c", "exec -a cc1plus sleep 600 tools/server/llama-server.cpp"])
+    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c",
+                      "exec -a cc1plus python3 -c 'import time; time.sleep(600)' tools/server/llama-server.cpp"])
     time.sleep(0.5)
     run = playbook("benchmark_cycle.yml")
     assert run.rc == 0, run.out[-3000:]
