@@ -35,7 +35,7 @@ def with_router(extra: dict | None = None) -> dict:
                 bc_lb_restore={"argv": [HOOK, "restore", "token-" + KEY]})
 
 
-def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_the_stop(llama):
+def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_the_stop(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars=with_router())
     assert run.rc == 0, run.out[-3000:]
     assert router() == ["remove", "restore"]
@@ -47,17 +47,24 @@ def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_t
     fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": "/usr/local/bin/failing-python"}))
     assert fail.rc != 0
     assert router() == ["remove", "restore"], fail.out[-3000:]
-    assert serving() == "active, answers 2+2=4"
+    after = serving()
+    assert after == "active, answers 2+2=4"
+    reliability(fault="router hook after the stop", injected="bc_lb_remove/bc_lb_restore hooks; a sweep that exits 3 after the stop",
+                did="router restored once the service answered, on the success path and on the failure path; the hook's token never shown",
+                service_after=after, data_kept="-", detect_s=None, run_s=run.seconds + fail.seconds)
 
 
-def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_says_so(llama):
+def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_says_so(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_probe_expect": "5"}))
     assert run.rc != 0
     assert router() == ["remove"]
     assert "The host stays OUT of the router" in run.out, run.out[-3000:]
+    reliability(fault="service not serving after the cycle, router", injected="a wrong expected answer (bc_probe_expect=5)",
+                did="router NOT restored; the failure says the host stays out of the router until it serves",
+                service_after=serving() + " (wrong answer, as injected)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
-def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama):
+def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliability):
     """v1; v2 with a new key; v2 unchanged with a server that fails its check: v2 and the new key stay."""
     v2 = {"bc_api_key": KEY, "bc_engine_env": {"BC_VERSION": "v2"}}
     assert playbook("benchmark_cycle.yml", extra_vars=v2).rc == 0
@@ -69,9 +76,12 @@ def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama):
     assert sh("sha256sum /etc/systemd/system/llama-lab.service /etc/benchmark-cycle/llama-lab.env") == unit_v2
     assert f"LLAMA_API_KEY=\"{KEY}\"" in sh("cat /etc/benchmark-cycle/llama-lab.env")
     assert pid() != before  # started once after the stop, not restarted again by a rollback
+    reliability(fault="stale rollback", injected="cycle v2 with a new key, then v2 unchanged whose check fails",
+                did="nothing of an earlier cycle put back: unit and key stay v2; not restarted a second time; play failed",
+                service_after=serving(), data_kept="the live unit and env file (v2)", detect_s=None, run_s=run.seconds)
 
 
-def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path):
+def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path, reliability):
     """The SGLang double logs its server_args (the key included) as SGLang does; a failed check
     prints the journal tail: the key must appear nowhere, at -vvv too, and not in the event log."""
     extra = dict(DOUBLE, bc_api_key=KEY)
@@ -93,9 +103,13 @@ def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path):
     assert "--config /etc/benchmark-cycle/sglang-double.secrets.yaml" in cmdline
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     assert sh("stat -c %a /etc/benchmark-cycle/sglang-double.secrets.yaml").strip() == "600"
+    reliability(fault="secrets on a failure path", injected="an API key; the SGLang double logs server_args(api_key=...); a failed check "
+                "prints the journal tail at -vvv", did="key on no command line (--config 0600 file), redacted in the journal tail; "
+                "0 occurrences in stdout -vvv, the event log (0600) and results/", service_after="stopped (the test's double)",
+                data_kept="-", detect_s=None, run_s=first.seconds)
 
 
-def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama):
+def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reliability):
     """SIGKILL to ansible-playbook mid-sweep, then nothing: the switch ends the orphaned sweep and
     starts the service; the next cycle, from any controller, takes the expired lock over."""
     extra = {"bc_sweep_iters": 2000, "bc_sweep_timeout_s": 15, "bc_stop_timeout_s": 10, "bc_switch_margin_s": 3}
@@ -105,6 +119,7 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama):
     while time.monotonic() < deadline and "ansible.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true"):
         time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGKILL)  # the controller vanishes: no rescue, no always
+    killed_at = time.monotonic()
     proc.wait(timeout=30)
     assert sh("systemctl is-active llama-lab", check=False).strip() != "active"
     assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"  # armed, waiting
@@ -112,7 +127,8 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama):
     limit = time.monotonic() + 15 + 10 + 3 + 10 + 60 + 120
     while time.monotonic() < limit and serving() != "active, answers 2+2=4":
         time.sleep(1)
-    assert serving() == "active, answers 2+2=4"
+    back_s = time.monotonic() - killed_at
+    assert serving() == "active, answers 2+2=4", back_s
     # it was the switch that started it (systemd logs the transient service's start)
     assert "dead-man switch" in sh("journalctl --no-pager -u bc-deadman-llama-lab.service -o cat || true")
     assert not sh("pgrep -af [b]c_marlin || true").strip()
@@ -120,9 +136,14 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama):
     run = playbook("benchmark_cycle.yml")
     assert run.rc == 0, run.out[-3000:]
     assert "broke the lock of cycle" in run.out and "stopped" in run.out
+    reliability(fault="controller killed after the stop", injected="SIGKILL to ansible-playbook mid-sweep, then nothing",
+                did="the host's dead-man switch ended the orphaned sweep and started the service (time: SIGKILL to serving "
+                    "again); the re-run took the lock over "
+                    "and finished the dead cycle's work", service_after=serving(), data_kept="the re-run's full results",
+                detect_s=back_s, run_s=run.seconds)
 
 
-def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is_touched(llama):
+def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is_touched(llama, reliability):
     before = pid()
     huge = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_batch_sizes": "1,1000000000"})
     assert huge.rc != 0 and "the sweep cannot run on lab1" in huge.out and "memory in all" in huge.out, huge.out[-2000:]
@@ -134,9 +155,13 @@ def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is
     assert bad_env.rc != 0 and "is not an environment variable name" in bad_env.out and "bc_api_key holds whitespace" in bad_env.out
     assert KEY not in bad_env.out
     assert pid() == before and "LD_PRELOAD" not in sh("cat /etc/benchmark-cycle/llama-lab.env")
+    reliability(fault="settings that cannot work", injected="batch sizes 1,1000000000; bc_sweep_poll_s=0; bc_job_budget_s=60; "
+                "an env name with a newline; a key ending in a newline", did="each refused in the preflight naming the field "
+                "(and never the key); nothing touched", service_after=serving() + " (same PID)", data_kept="-", detect_s=None,
+                run_s=huge.seconds)
 
 
-def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(llama):
+def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(llama, reliability):
     """/metrics off (llama-server answers 501): unknown is not zero."""
     settings = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_engine_settings"]
     extra = {"bc_engine_settings": dict(settings, enable_metrics=False), "bc_drain_deadline_s": 2, "bc_stop_policy": "always"}
@@ -146,9 +171,12 @@ def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(l
     assert run.rc != 0
     assert "in-flight work unknown" in run.out and "HTTP 501" in run.out, run.out[-3000:]
     assert pid() == before  # never stopped
+    reliability(fault="drain without metrics", injected="llama-server without --metrics (/metrics answers 501); deadline 2 s",
+                did="in-flight work unknown, not zero: waited the deadline, aborted before the stop, saying why",
+                service_after=serving() + " (same PID)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
-def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(llama, tmp_path):
+def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(llama, tmp_path, reliability):
     """serial 2: host A's lock is held by another cycle, host B cycles; B's lock is gone afterwards."""
     hosts = lab_hosts()
     lab1 = dict(hosts["lab1"])
@@ -165,7 +193,11 @@ def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(
     sh("rm -rf /run/lock/benchmark-cycle-other-unit.lock")
     assert proc.returncode != 0 and "another benchmark cycle holds" in proc.stdout
     assert not sh("ls /run/lock | grep benchmark-cycle-llama-lab || true").strip(), proc.stdout[-3000:]
-    assert serving() == "active, answers 2+2=4"
+    after = serving()
+    assert after == "active, answers 2+2=4"
+    reliability(fault="refused lock with serial 2", injected="host A's lock held by another cycle, host B in the same batch",
+                did="A refused inside the guarded block; B cycled and released its lock", service_after=after, data_kept="-",
+                detect_s=None, run_s=None)
 
 
 def test_results_go_to_the_configured_directory_and_the_summary_is_published(llama):

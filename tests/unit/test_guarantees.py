@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,55 @@ def test_plot_failure_keeps_the_history_line(tmp_path):
     assert r["_status"] == "CHANGED", r
     assert r["plot"] is None and Path(r["report"]).exists()
     assert len(history.read_text().splitlines()) == 1
+
+
+def slow_server(delay_s: float, status: int = 503):
+    """A real HTTP server on loopback whose every answer takes `delay_s` (SGLang's /health while its
+    scheduler hangs waits SGLANG_HEALTH_CHECK_TIMEOUT, 20 s, before its 503)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *_a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(delay_s)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            except OSError:
+                pass  # the client gave up first, as it should
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_probe_never_outlives_its_wait_deadline_however_slow_the_server():
+    server = slow_server(20.0)
+    try:
+        start = time.time()
+        r = adhoc("inference_health", {"url": "http://127.0.0.1:%d" % server.server_port, "engine": "sglang",
+                                       "timeout": 30, "deadline": start + 3})
+        took = time.time() - start
+        # SGLang's readiness floor (25 s) and the server's 20 s would make this probe 20 s long:
+        # the deadline cuts it (the bound is the server's own latency, not a fixed margin)
+        assert r["_status"] == "SUCCESS" and r["deadline_passed"] is True and r["ready"] is False, r
+        assert took < 20, took
+    finally:
+        server.shutdown()
+
+
+def test_load_probe_reports_unknown_not_zero_when_metrics_fail():
+    for status in (404, 401, 501):
+        server = slow_server(0.0, status)
+        try:
+            r = adhoc("inference_health", {"url": "http://127.0.0.1:%d" % server.server_port, "engine": "llamacpp",
+                                           "probe": "load", "timeout": 5})
+            assert r["_status"] == "SUCCESS" and r["in_flight"] is None, r
+            assert "HTTP %d" % status in r["in_flight_unknown"]
+        finally:
+            server.shutdown()
