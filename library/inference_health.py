@@ -217,7 +217,8 @@ from ansible.module_utils.bc_host import CommandError, check_timeout, redact
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.urls import open_url
 
-DEFAULT_PROMPT, DEFAULT_EXPECT = "2+2=", "4"
+DEFAULT_PROMPT = "2+2="
+DEFAULT_EXPECT = "4"
 
 
 def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: dict[str, Any] | None = None) -> HttpResult:

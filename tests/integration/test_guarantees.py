@@ -66,8 +66,11 @@ def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_
 
 def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliability):
     """v1; v2 with a new key; v2 unchanged with a server that fails its check: v2 and the new key stay."""
-    v2 = {"bc_api_key": KEY, "bc_engine_env": {"BC_VERSION": "v2"}}
+    v2 = {"bc_api_key": KEY, "bc_engine_env": {"BC_VERSION": "v2 é€ \"$HOME\""}}
     assert playbook("benchmark_cycle.yml", extra_vars=v2).rc == 0
+    # systemd itself reads the value back intact (UTF-8, quotes, no expansion)
+    environ = sh("tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value llama-lab)/environ")
+    assert 'BC_VERSION=v2 é€ "$HOME"' in environ.splitlines(), environ
     unit_v2 = sh("sha256sum /etc/systemd/system/llama-lab.service /etc/benchmark-cycle/llama-lab.env")
     before = pid()
     run = playbook("benchmark_cycle.yml", extra_vars=dict(v2, bc_probe_expect="5"))
@@ -76,6 +79,11 @@ def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliabili
     assert sh("sha256sum /etc/systemd/system/llama-lab.service /etc/benchmark-cycle/llama-lab.env") == unit_v2
     assert f"LLAMA_API_KEY=\"{KEY}\"" in sh("cat /etc/benchmark-cycle/llama-lab.env")
     assert pid() != before  # started once after the stop, not restarted again by a rollback
+    # a service this cycle never stopped is never restarted, whatever its check says
+    before = pid()
+    never = playbook("benchmark_cycle.yml", extra_vars=dict(v2, bc_probe_expect="5", bc_stop_policy="never"))
+    assert never.rc != 0 and "this cycle never stopped it: it was not restarted" in " ".join(never.out.split())
+    assert pid() == before
     reliability(fault="stale rollback", injected="cycle v2 with a new key, then v2 unchanged whose check fails",
                 did="nothing of an earlier cycle put back: unit and key stay v2; not restarted a second time; play failed",
                 service_after=serving(), data_kept="the live unit and env file (v2)", detect_s=None, run_s=run.seconds)
@@ -112,7 +120,7 @@ def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path, r
 def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reliability):
     """SIGKILL to ansible-playbook mid-sweep, then nothing: the switch ends the orphaned sweep and
     starts the service; the next cycle, from any controller, takes the expired lock over."""
-    extra = {"bc_sweep_iters": 2000, "bc_sweep_timeout_s": 15, "bc_stop_timeout_s": 10, "bc_switch_margin_s": 3}
+    extra = with_router({"bc_sweep_iters": 2000, "bc_sweep_timeout_s": 15, "bc_stop_timeout_s": 10, "bc_switch_margin_s": 3})
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -132,10 +140,15 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reli
     # it was the switch that started it (systemd logs the transient service's start)
     assert "dead-man switch" in sh("journalctl --no-pager -u bc-deadman-llama-lab.service -o cat || true")
     assert not sh("pgrep -af [b]c_marlin || true").strip()
-    # the dead cycle's lock is taken over once its lease ends: here a re-run from this controller
-    run = playbook("benchmark_cycle.yml")
+    assert router() == ["remove"]  # the switch starts the service; the router is the next cycle's to restore
+    # the dead cycle's lock is taken over: a re-run that itself stops nothing (bc_stop_policy=never)
+    # still finishes the dead cycle's work, the router's restore included
+    rerun = with_router({"bc_stop_policy": "never"})
+    sh("echo remove > /tmp/lb-log")
+    run = playbook("benchmark_cycle.yml", extra_vars=rerun)
     assert run.rc == 0, run.out[-3000:]
     assert "broke the lock of cycle" in run.out and "stopped" in run.out
+    assert router() == ["remove", "restore"], run.out[-3000:]
     reliability(fault="controller killed after the stop", injected="SIGKILL to ansible-playbook mid-sweep, then nothing",
                 did="the host's dead-man switch ended the orphaned sweep and started the service (time: SIGKILL to serving "
                     "again); the re-run took the lock over "
