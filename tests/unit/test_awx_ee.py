@@ -30,11 +30,14 @@ def test_survey_covers_what_operators_choose():
     survey = json.loads((ROOT / "awx/survey.json").read_text())
     variables = {q["variable"] for q in survey["spec"]}
     assert variables == {"bc_target", "bc_sweep_batch_sizes", "bc_sweep_tp_sizes", "bc_sweep_backend",
-                         "bc_readiness_timeout_s", "bc_stop_policy"}
+                         "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break"}
     cycle_vars = (ROOT / "playbooks/vars/cycle.yml").read_text()
     assert all(v in cycle_vars for v in variables)  # every answer is a known bc_* variable
     budget = next(q for q in survey["spec"] if q["variable"] == "bc_readiness_timeout_s")
     assert PLAY["vars"]["awx_job_timeout_s"] > budget["max"] - 1  # the job outlives the longest wait
+    # the job template hands its timeout to the preflight, which refuses a cycle that could outlast it
+    template = next(t for t in PLAY["tasks"] if "awx.awx.job_template" in t)["awx.awx.job_template"]
+    assert template["extra_vars"]["bc_job_budget_s"] == "{{ awx_job_timeout_s }}"
 
 
 @pytest.mark.parametrize("task", AWX_TASKS, ids=[t["name"] for t in AWX_TASKS])
