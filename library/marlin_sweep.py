@@ -132,7 +132,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_host import CommandError
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_sweepstats import GIB, ShapeError, estimate_peak_bytes, validate
-from ansible.module_utils.bc_unit import list_processes
+from ansible.module_utils.bc_unit import SWEEP_MODULE, processes, sweep_tags
 
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits", "tp_size")
 
@@ -183,17 +183,9 @@ def list_gpus(module: AnsibleModule) -> list[dict[str, Any]]:
     return gpus
 
 
-SWEEP_ARGV = "ansible.module_utils.bc_marlin"
-
-
 def sweeps_running() -> list[tuple[int, str]]:
-    """Sweep processes on this host (pid, tag): `python -m ansible.module_utils.bc_marlin --tag T`."""
-    found = []
-    for pid, cmd, _service in list_processes():
-        words = cmd.split()
-        if SWEEP_ARGV in words:
-            found.append((pid, words[words.index("--tag") + 1] if "--tag" in words[:-1] else ""))
-    return found
+    """Sweep processes on this host (pid, tag)."""
+    return sweep_tags(processes())
 
 
 def kill_orphans(module: AnsibleModule, tag: str) -> list[dict[str, Any]]:
@@ -360,7 +352,7 @@ def main() -> None:
     orphans = kill_orphans(module, p["tag"]) if p["tag"] else []
     ooms_before = oom_kills()
     try:
-        proc = subprocess.run([python, "-m", SWEEP_ARGV] + (["--tag", p["tag"]] if p["tag"] else []), input=json.dumps(cfg), text=True,
+        proc = subprocess.run([python, "-m", SWEEP_MODULE] + (["--tag", p["tag"]] if p["tag"] else []), input=json.dumps(cfg), text=True,
                               capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage,
                               preexec_fn=expendable)
     except subprocess.TimeoutExpired:

@@ -37,6 +37,8 @@ Runner = Callable[..., tuple[int, str, str]]
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]*\Z")
 TOKEN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
+# the sweep's worker, as marlin_sweep runs it: `python -m ansible.module_utils.bc_marlin --tag T`
+SWEEP_MODULE = "ansible.module_utils.bc_marlin"
 VERIFY_PROBLEM = r"\.service:.*(error|invalid|not executable|no such|unknown|failed|bad)"
 
 
@@ -107,20 +109,10 @@ def owning_service(cgroup: str) -> str | None:
     return None
 
 
-def cgroup_path(cgroup: str) -> str:
-    """The process's path in the systemd hierarchy (v2 "0::" line or v1 "name=systemd")."""
-    for line in cgroup.splitlines():
-        _hid, _sep, rest = line.partition(":")
-        controllers, _sep, path = rest.partition(":")
-        if controllers in ("", "name=systemd"):
-            return path
-    return ""
-
-
 def processes(proc_root: str = "/proc") -> list[dict[str, Any]]:
     """Every process but this module's interpreter and its parents, kernel threads and zombies:
-    pid, ppid, start (clock ticks since boot: with the pid, a process's identity), argv, cmd,
-    cgroup (systemd hierarchy path) and service (None outside one)."""
+    pid, ppid, start (clock ticks since boot: with the pid, a process's identity), argv, cmd and
+    service (None outside one)."""
     skip = {os.getpid(), os.getppid()}
     out = []
     for entry in os.listdir(proc_root):
@@ -139,13 +131,19 @@ def processes(proc_root: str = "/proc") -> list[dict[str, Any]]:
         argv = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")] if raw.strip(b"\0") else []
         if argv:
             out.append({"pid": int(entry), "ppid": int(stat[1]), "start": int(stat[19]), "argv": argv,
-                        "cmd": " ".join(argv).strip(), "cgroup": cgroup_path(cgroup), "service": owning_service(cgroup)})
+                        "cmd": " ".join(argv).strip(), "service": owning_service(cgroup)})
     return out
 
 
-def list_processes(proc_root: str = "/proc") -> list[tuple[int, str, str | None]]:
-    """(pid, command line, systemd service) of every process (see `processes`)."""
-    return [(p["pid"], p["cmd"], p["service"]) for p in processes(proc_root)]
+def sweep_tags(procs: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """(pid, tag) of the sweeps among `procs`: `python -m ansible.module_utils.bc_marlin --tag <unit>/<token>`
+    ("" for an untagged one)."""
+    out = []
+    for p in procs:
+        if SWEEP_MODULE in p["argv"][1:4]:
+            argv = p["argv"]
+            out.append((p["pid"], argv[argv.index("--tag") + 1] if "--tag" in argv[:-1] else ""))
+    return out
 
 
 def unit_members(procs: list[dict[str, Any]], service: str, main_pid: int) -> list[dict[str, Any]]:
@@ -405,14 +403,13 @@ class Unit:
         if not sweep_tag:
             return []
 
-        def alive() -> list[dict[str, Any]]:
-            return [p for p in processes(proc_root) if "--tag" in p["argv"][:-1]
-                    and p["argv"][p["argv"].index("--tag") + 1] == sweep_tag]
+        def alive() -> list[int]:
+            return [pid for pid, tag in sweep_tags(processes(proc_root)) if tag == sweep_tag]
 
         found = alive()
-        for proc in found:
+        for pid in found:
             try:
-                os.kill(proc["pid"], signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         deadline = clock() + 10
@@ -421,7 +418,7 @@ class Unit:
         if alive():
             raise UnitError("the sweep %s of this cycle survived SIGKILL for 10 s; %s was not started beside it"
                             % (sweep_tag, self.name))
-        return ["%d %s" % (p["pid"], sweep_tag) for p in found]
+        return ["%d %s" % (pid, sweep_tag) for pid in found]
 
     def start(self, sweep_tag: str | None = None) -> dict[str, Any]:
         state = self.show("ActiveState")["ActiveState"]

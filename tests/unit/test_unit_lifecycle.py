@@ -19,7 +19,6 @@ from ansible.module_utils.bc_unit import (
     check_name,
     engine_process,
     leftovers,
-    list_processes,
     owning_service,
     parse_gpu_memory,
     parse_show,
@@ -150,11 +149,11 @@ def test_unit_members_are_its_cgroup_and_the_main_pids_descendants():
     assert sorted(p["pid"] for p in unit_members(procs, "y.service", 0)) == []
 
 
-def test_list_processes_finds_a_real_renamed_process_and_not_itself():
+def test_processes_finds_a_real_renamed_process_and_not_itself():
     proc = subprocess.Popen(["bash", "-c", "exec -a sglang::scheduler_TP0 sleep 30"])
     try:
         time.sleep(0.2)
-        procs = {pid: cmd for pid, cmd, _service in list_processes()}
+        procs = {p["pid"]: p["cmd"] for p in processes()}
         assert procs.get(proc.pid) == "sglang::scheduler_TP0 30"
         assert os.getpid() not in procs
     finally:
