@@ -32,6 +32,10 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {},
         # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that
         "min_timeout_s": 25,
+        # http_server.py health_generate (0.5.10: 185, 0.5.16: 626-689): while Starting it answers 503 at
+        # once; once up, a 503 comes only after waiting HEALTH_CHECK_TIMEOUT (20 s) for a token, and marks the
+        # server UnHealthy: a 503 that took this long is a hung scheduler, not a warmup
+        "hung_503_after_s": 15,
         "inflight_metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
         # what a stop may leave running, matched exactly (never a substring of any command line): the
         # main process is `python -m sglang.launch_server`; its children rename themselves with
@@ -43,15 +47,19 @@ ENGINES: dict[str, dict[str, Any]] = {
         # server_args_config_parser.py, 0.5.10 and 0.5.16) merges the YAML's `api-key` into the arguments;
         # /proc/PID/cmdline shows only the file's path
         "api_key": {"config_flag": "--config", "config_key": "api-key"},
-        # 0.5.10 exposes sglang:engine_startup_time; later releases per-phase startup_time_seconds
-        "startup_metrics": ["sglang:startup_time_seconds", "sglang:engine_startup_time"],
+        # per-phase sglang:startup_time_seconds{phase=...} where the version has it; 0.5.10 defines
+        # sglang:engine_startup_time but never sets it (always 0.0): not a start-up time, not read
+        "startup_metrics": ["sglang:startup_time_seconds"],
         "progress": [
             [r"Load weight begin", "Load weight begin"],
             [r"Load weight end\. elapsed=\s*([\d.]+)", "Load weight end ({0} s)"],
             [r"KV Cache is allocated", "KV Cache is allocated"],
-            [r"Capture (\w+ )?cuda graph begin", "Capture {0}CUDA graph"],
+            # 0.5.10 "Capture cuda graph begin." / "Capture piecewise CUDA graph begin."; 0.5.16
+            # (model_runner_components/cuda_graph_setup.py:257-268) "Capture target decode CUDA graph begin.
+            # backend=full, ..." and "... end. elapsed=1.23 s, ..."
+            [r"Capture ((?:\w+ ){0,2})cuda graph begin", "Capture {0}CUDA graph"],
             [r"Capture cuda graph bs (\[[^\]]*\])", "Capture CUDA graph bs {0}"],
-            [r"Capture (\w+ )?cuda graph end\. Time elapsed: ([\d.]+)", "Captured {0}CUDA graph ({1} s)"],
+            [r"Capture ((?:\w+ ){0,2})cuda graph end\. (?:Time elapsed: |elapsed=)([\d.]+)", "Captured {0}CUDA graph ({1} s)"],
             [r"max_total_num_tokens=(\d+)", "Scheduler ready (max_total_num_tokens={0})"],
             [r"The server is fired up and ready to roll!", "Warmup done: ready to roll"],
         ],
@@ -60,6 +68,11 @@ ENGINES: dict[str, dict[str, Any]] = {
             r"Initialization failed\. warmup error",
             r"Scheduler watchdog timeout",
             r"Received sigquit from a child process",
+            # managers/tokenizer_manager.py (0.5.10: 2561, 0.5.16: 3262) and managers/scheduler.py (3620, 4643)
+            r"SIGQUIT received\..*one child failed",
+            r"Scheduler hit an exception",
+            # http_server.py health_generate after HEALTH_CHECK_TIMEOUT without a token (0.5.16: 680)
+            r"Health check failed\. Server couldn't get a response from detokenizer",
         ],
     },
     "llamacpp": {
@@ -114,7 +127,9 @@ ENGINES: dict[str, dict[str, Any]] = {
             [r"Starting to load model", "Load weight begin"],
             [r"Loading weights took ([\d.]+) seconds", "Load weight end ({0} s)"],
             [r"# GPU blocks: (\d+)", "KV Cache is allocated ({0} blocks)"],
-            [r"Capturing cudagraphs", "Capture CUDA graph"],
+            # v1/core/kv_cache_utils.py and v1/worker/gpu_model_runner.py of current releases
+            [r"GPU KV cache size: ([\d,]+) tokens", "KV Cache is allocated ({0} tokens)"],
+            [r"Capturing cudagraphs|Capturing CUDA graphs", "Capture CUDA graph"],
             [r"Graph capturing finished in (\d+) secs", "Captured CUDA graph ({0} s)"],
             [r"Application startup complete", "Ready"],
         ],

@@ -116,6 +116,23 @@ def completion_answer(body: str) -> tuple[str | None, str]:
         return None, "the completion answer has no choices[0].text"
 
 
+def server_message(body: str) -> str:
+    """The error message of an OpenAI-style error body ({"error": {"message"}}, {"message"},
+    {"detail"}), or the body's start."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip().replace("\n", " ")[:200] or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        for key in ("message", "detail", "error"):
+            if data.get(key):
+                return str(data[key])[:300]
+    return json.dumps(data)[:200]
+
+
 def classify(engine: str, probe: str, http: HttpResult, unit: dict[str, Any] | None = None,
              restarts_baseline: int | None = None, journal_failure: str = "",
              expect: str | None = None) -> dict[str, Any]:
@@ -160,6 +177,14 @@ def classify(engine: str, probe: str, http: HttpResult, unit: dict[str, Any] | N
         return result
 
     status = http.status
+    hung = prof.get("hung_503_after_s")
+    if status == 503 and hung and http.latency_ms >= hung * 1000:
+        return _fail(result, "the server answered 503 after %.1f s: it is up but its scheduler gives no token (a hung "
+                     "scheduler; the engine marks itself unhealthy): waiting is pointless" % (http.latency_ms / 1000))
+    if probe == "completion" and status is not None and 400 <= status < 500:
+        # a ready server refusing the request (a wrong model name, a missing key, a bad request):
+        # waiting cannot help; its own message says why
+        return _fail(result, "the server refused the completion with HTTP %d: %s" % (status, server_message(http.body)))
     phase = prof["status_phase"].get(status)
     for marker, marker_phase in prof["body_phase"].items():
         if status != 200 and marker in http.body:

@@ -113,3 +113,52 @@ def test_unit_show_parsing_and_unknown_engine():
     assert state == {"ActiveState": "active", "NRestarts": 3, "InvocationID": "abc"}
     with pytest.raises(ValueError, match="engine 'tgi' is not known; use one of: llamacpp, sglang, vllm"):
         classify("tgi", "status", REFUSED)
+
+
+# -- engine truth: the lines and statuses of the engines' own sources -------------------------------
+@pytest.mark.parametrize(("line", "stage"), [
+    # SGLang 0.5.16 model_runner_components/cuda_graph_setup.py:257-268 (seen in the real journal on the H200)
+    ("Capture target decode CUDA graph begin. backend=full, bs=[1, 2, 4, 8], avail mem=30.00 GB", "Capture target decode CUDA graph"),
+    ("Capture target decode CUDA graph end. elapsed=3.21 s, mem usage=0.40 GB, avail mem=29.60 GB.",
+     "Captured target decode CUDA graph (3.21 s)"),
+    # SGLang 0.5.10 cuda_graph_runner.py / model_runner.py:2566
+    ("Capture cuda graph begin. This can take up to several minutes. avail mem=30.00 GB", "Capture CUDA graph"),
+    ("Capture piecewise CUDA graph begin. avail mem=30.00 GB", "Capture piecewise CUDA graph"),
+])
+def test_sglang_capture_lines_of_each_version_move_the_stage(line, stage):
+    assert journal_stage(["KV Cache is allocated. #tokens: 1", line], "sglang")[0] == stage
+
+
+@pytest.mark.parametrize("line", [
+    "SIGQUIT received. signum=3, frame=None. It usually means one child failed.",  # tokenizer_manager.py:3262 (0.5.16)
+    "Scheduler hit an exception: Traceback (most recent call last): ...",  # scheduler.py:4643 (0.5.16)
+    "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 10:00:00.",
+])
+def test_sglang_fatal_lines_after_start_up_fail_the_probe(line):
+    assert journal_stage([line], "sglang")[2]
+
+
+def test_a_503_that_took_the_health_check_timeout_is_a_hung_scheduler_not_a_warmup():
+    # http_server.py health_generate: Starting -> 503 at once; Up but no token for 20 s -> 503 after 20 s
+    assert classify("sglang", "status", HttpResult(503, "", latency_ms=12), ACTIVE, 0)["phase"] == "warming"
+    hung = classify("sglang", "status", HttpResult(503, "", latency_ms=20040), ACTIVE, 0)
+    assert hung["failed"] and "hung scheduler" in hung["reason"]
+
+
+@pytest.mark.parametrize(("status", "body", "text"), [
+    (404, '{"object": "error", "message": "The model `x` does not exist.", "code": 404}', "The model `x` does not exist."),
+    (401, '{"error": "Unauthorized"}', "Unauthorized"),
+    (400, '{"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError"}}', "max_tokens must be at least 1"),
+])
+def test_a_ready_servers_4xx_fails_the_completion_at_once_with_its_own_message(status, body, text):
+    r = classify("vllm", "completion", HttpResult(status, body), ACTIVE, 0, expect="4")
+    assert r["failed"] and f"HTTP {status}: {text}" in r["reason"]
+
+
+def test_sglang_0_5_10_engine_startup_time_is_not_a_start_up_time():
+    # 0.5.10 defines sglang:engine_startup_time and never sets it: not read as a phase
+    assert startup_phases('sglang:engine_startup_time{tp_rank="0"} 0.0\n', "sglang") == {}
+
+
+def test_vllm_current_kv_cache_line_moves_the_stage():
+    assert journal_stage(["GPU KV cache size: 1,234,567 tokens"], "vllm")[0] == "KV Cache is allocated (1,234,567 tokens)"

@@ -11,7 +11,7 @@ under systemd:
     "The server is fired up and ready to roll!" is logged
   - /v1/models and /model_info answer 200 as soon as the port is open (even while warming up)
   - /metrics (with --enable-metrics): sglang:num_running_reqs, sglang:num_queue_reqs,
-    sglang:engine_startup_time
+    sglang:engine_startup_time (0.5.10 defines it and never sets it: always 0.0)
   - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4")
   - SIGTERM: waits for running requests (graceful), then exits 0
   - `--config FILE.yaml` (server_args.py prepare_server_args + server_args_config_parser.py, 0.5.10 and
@@ -111,7 +111,7 @@ class Handler(BaseHTTPRequestHandler):
             text = ("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs%s %d.0\n"
                     "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs%s %d.0\n"
                     "# TYPE sglang:engine_startup_time gauge\nsglang:engine_startup_time%s %.2f\n"
-                    % (labels, STATE["running"], labels, STATE["queued"], labels, STATE["startup"]))
+                    % (labels, STATE["running"], labels, STATE["queued"], labels, 0.0))
             self.reply(200, text.encode())
         else:
             self.reply(404, {"detail": "Not Found"})
