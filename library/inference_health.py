@@ -16,7 +16,7 @@ description:
     C(until) on C(result.ready) or C(result.phase == 'failed'), with O(retries) and O(delay), as long as a reload takes.
   - Fails only when waiting is pointless - the unit failed, stopped, restarted since
     O(restarts_baseline), logged a fatal start-up error, or a ready server gave a wrong answer.
-  - O(probe=load) reads the engine's in-flight gauges from its metrics endpoint, for draining.
+  - O(probe=load) reads the engine's in-flight work, for draining (SGLang's live C(/v1/loads), the others' gauges).
   - What each engine answers while it starts is data (module_utils/bc_engines.py), not code.
 version_added: "1.0.0"
 options:
@@ -75,6 +75,11 @@ options:
     description: Verify TLS certificates for https URLs.
     type: bool
     default: true
+  engine_version:
+    description:
+      - The engine's version; picks the profile read from that version's sources (module_utils/bc_engines.py
+        VERSIONS). A version between known ones takes the older's; an unknown one the nearest's, with a warning.
+    type: str
   deadline:
     description:
       - Wall-clock end of the whole wait this probe belongs to (seconds since the epoch, on the host's clock). The
@@ -181,6 +186,10 @@ in_flight_unknown:
   returned: when O(probe=load) and in_flight is null
   type: str
   sample: "sglang answered HTTP 404 at /metrics"
+profile_note:
+  description: Which known version's profile was used for an O(engine_version) that is not one.
+  returned: when O(engine_version) is not a known version
+  type: str
 host_time:
   description: The host's clock (seconds since the epoch) when the probe ended.
   returned: always
@@ -203,7 +212,7 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import (
     UNIT_PROPERTIES,
     HttpResult,
@@ -249,7 +258,7 @@ def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: 
                           latency_ms=(time.monotonic() - start) * 1000)
 
 
-def unit_facts(module: AnsibleModule, unit: str, engine: str, lines: int,
+def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], lines: int,
                read_journal: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(unit_state, journal facts) of the unit, read with argument lists (no shell). The journal
     is read only while the server is not ready: a ready probe needs no stage and costs less."""
@@ -321,13 +330,17 @@ def main() -> None:
             "journal_lines": {"type": "int", "default": 400},
             "validate_certs": {"type": "bool", "default": True},
             "deadline": {"type": "float"},
+            "engine_version": {"type": "str"},
             "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
         },
         supports_check_mode=True,
     )
     validate(module)
     p = module.params
-    prof = profile(p["engine"])
+    try:
+        prof, profile_note = resolve(p["engine"], p["engine_version"])
+    except ValueError as err:
+        module.fail_json(msg="engine_version: %s" % err)
     base = p["url"].rstrip("/")
     timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
     secrets = [s for s in [p["api_key"], *p["secrets"]] if s]
@@ -345,14 +358,19 @@ def main() -> None:
             payload["model"] = p["model"]
         answer = http(module, "POST", base + prof["completion_path"], timeout, payload)
     elif p["probe"] == "load":
-        answer = http(module, "GET", base + prof["metrics_path"], timeout)
+        answer = http(module, "GET", base + prof["load_path"], timeout)
+        if answer.status == 200 and prof.get("load_confirm_s"):
+            total, _each = in_flight(answer.body, prof)
+            if total == 0:  # a zero must hold: a request between two of the engine's queues reads as none
+                time.sleep(prof["load_confirm_s"])
+                answer = http(module, "GET", base + prof["load_path"], timeout)
     else:
         path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
         answer = http(module, "GET", base + path, timeout)
 
     unit_state, jfacts = (None, {"journal_failure": ""})
     if p["unit"]:
-        unit_state, jfacts = unit_facts(module, p["unit"], p["engine"], p["journal_lines"],
+        unit_state, jfacts = unit_facts(module, p["unit"], prof, p["journal_lines"],
                                         read_journal=answer.status != 200 or p["probe"] == "load")
 
     if p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed"):
@@ -363,11 +381,14 @@ def main() -> None:
         answer = HttpResult(200, "", latency_ms=answer.latency_ms)
         jfacts.pop("journal_failure")
     else:
-        result = classify(p["engine"], "completion" if p["probe"] == "completion" else "status", answer,
+        result = classify(prof, "completion" if p["probe"] == "completion" else "status", answer,
                           unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
     result["changed"] = False
     result["url"] = base
     result["host_time"] = round(time.time(), 3)
+    if profile_note:
+        result["profile_note"] = profile_note
+        module.warn(profile_note)
     if p["deadline"] is not None:
         result["deadline_passed"] = time.time() >= p["deadline"]
     result["probe_ms"] = round((time.monotonic() - started) * 1000, 1)
@@ -377,19 +398,20 @@ def main() -> None:
 
     if p["probe"] == "load" and not result["failed"]:
         # unknown is not zero: no gauges, an error status or no answer leaves in_flight null, with why
-        total, each = in_flight(answer.body, p["engine"]) if answer.status == 200 else (None, {})
+        total, each = in_flight(answer.body, prof) if answer.status == 200 else (None, {})
         if result["phase"] == "down" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed"):
             total, each = 0.0, {}
         result.update(in_flight=total, in_flight_by_metric=each)
         if total is None:
             result["in_flight_unknown"] = (
                 "%s answered %s at %s" % (p["engine"], "HTTP %s" % answer.status if answer.status else answer.error,
-                                          prof["metrics_path"])
-                + (" without any of %s (metrics off?)" % ", ".join(prof["inflight_metrics"]) if answer.status == 200 else ""))
+                                          prof["load_path"])
+                + (" without %s (metrics off?)" % ", ".join(prof.get("load_json") or prof["inflight_metrics"])
+                   if answer.status == 200 else ""))
     elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:
-            result["startup_phases"] = startup_phases(metrics.body, p["engine"])
+            result["startup_phases"] = startup_phases(metrics.body, prof)
 
     for key in ("reason", "stage_line", "in_flight_unknown"):
         if isinstance(result.get(key), str):

@@ -16,6 +16,7 @@ weights load and CUDA graphs are captured; `srt/managers/scheduler.py` and
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 PHASES = ("down", "loading", "warming", "ready", "failed")
@@ -47,9 +48,20 @@ ENGINES: dict[str, dict[str, Any]] = {
         # server_args_config_parser.py, 0.5.10 and 0.5.16) merges the YAML's `api-key` into the arguments;
         # /proc/PID/cmdline shows only the file's path
         "api_key": {"config_flag": "--config", "config_key": "api-key"},
-        # per-phase sglang:startup_time_seconds{phase=...} where the version has it; 0.5.10 defines
-        # sglang:engine_startup_time but never sets it (always 0.0): not a start-up time, not read
-        "startup_metrics": ["sglang:startup_time_seconds"],
+        # 0.5.10-0.5.16 define sglang:engine_startup_time and never set it (observability/metrics_collector.py
+        # 0.5.10:117 "= 0.0"; 0.5.15 managers/scheduler.py:960 engine_startup_time=0.0): not a start-up time,
+        # not read. Per-phase startup_time_seconds only from 0.5.23 (VERSIONS below)
+        "startup_metrics": [],
+        # in-flight work for the drain: /v1/loads counts the scheduler's running batch and waiting queue
+        # when asked (observability/scheduler_metrics_mixin.py 0.5.10:909-920; entrypoints/v1_loads.py:130),
+        # needs no --enable-metrics; the sglang:num_running_reqs gauges are samples (updated per prefill,
+        # every decode_log_interval steps, every 30 s when idle, by attention-TP rank 0 only): a stale 0
+        # or a stale 1 for ~30 s, so the drain never reads them
+        "load_path": "/v1/loads",
+        "load_json": ["aggregate.total_running_reqs", "aggregate.total_waiting_reqs"],
+        # a request moving from the waiting queue into a prefill batch is in neither list for a moment:
+        # a zero is read twice this far apart before the drain believes it
+        "load_confirm_s": 0.5,
         "progress": [
             [r"Load weight begin", "Load weight begin"],
             [r"Load weight end\. elapsed=\s*([\d.]+)", "Load weight end ({0} s)"],
@@ -86,6 +98,8 @@ ENGINES: dict[str, dict[str, Any]] = {
         "body_phase": {"Loading model": "loading"},
         "min_timeout_s": 1,
         "inflight_metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"],
+        # /metrics answers 501 without --metrics (tools/server/server.cpp): in-flight work is then unknown
+        "load_path": "/metrics",
         "processes": {"modules": [], "executables": ["llama-server"], "titles": []},
         # common/arg.cpp: --api-key ... .set_env("LLAMA_API_KEY")
         "api_key": {"env": "LLAMA_API_KEY"},
@@ -111,11 +125,14 @@ ENGINES: dict[str, dict[str, Any]] = {
         "liveness_path": "/health",
         "completion_path": "/v1/completions",
         "metrics_path": "/metrics",
+        # the port refuses connections until the engine is built; /health answers 503 only on
+        # EngineDeadError (entrypoints/serve/instrumentator/health.py), never while warming: a dead engine
         "refused_phase": "loading",
-        "status_phase": {200: "ready", 503: "warming"},
+        "status_phase": {200: "ready", 503: "failed"},
         "body_phase": {},
         "min_timeout_s": 5,
         "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
+        "load_path": "/metrics",
         # the API server (python -m vllm.entrypoints.openai.api_server, or the `vllm` CLI), the engine
         # core and the tensor-parallel workers (v1/executor/multiproc_executor.py: VLLM::Worker_TP<n>)
         "processes": {"modules": ["vllm.entrypoints.openai.api_server"], "executables": ["vllm"],
@@ -138,8 +155,55 @@ ENGINES: dict[str, dict[str, Any]] = {
 }
 
 
-def profile(engine: str) -> dict[str, Any]:
-    """The profile of `engine`, or a ValueError that names the known ones."""
+# The versions each profile was read from, oldest first, with what changed at each (merged over the
+# base profile above, which is the oldest's). A version between two known ones takes the older's
+# profile; one outside them the nearest's, and says so.
+VERSIONS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
+    "sglang": [
+        ("0.5.10", {}, "srt/entrypoints/http_server.py, managers/tokenizer_manager.py, utils/auth.py, v1_loads.py"),
+        ("0.5.15", {}, "server_args.py (declarative A[...] fields; --cuda-graph-max-bs-decode)"),
+        ("0.5.16", {}, "model_runner_components/cuda_graph_setup.py:257 'Capture target decode CUDA graph begin. backend='"),
+        # http_server.py:714 GET /ready (200 only when not paused, not exiting and up; no generation);
+        # observability/metrics_collector.py:1842 sglang:startup_time_seconds{phase}
+        ("0.5.23", {"liveness_path": "/ready", "startup_metrics": ["sglang:startup_time_seconds"]},
+         "srt/entrypoints/http_server.py:714, observability/metrics_collector.py:1842"),
+    ],
+    "llamacpp": [("0.3.36", {}, "llama.cpp vendored in llama-cpp-python 0.3.36: tools/server, common/arg.cpp")],
+    "vllm": [("0.33", {}, "entrypoints/serve/instrumentator/health.py, v1/executor/multiproc_executor.py")],
+}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = [int(x) for x in re.findall(r"\d+", str(text))[:4]]
+    if not parts:
+        raise ValueError("engine version %r has no number in it; give e.g. 0.5.16" % text)
+    return tuple(parts)
+
+
+def resolve(engine: str, version: str | None = None) -> tuple[dict[str, Any], str]:
+    """(profile, note) of `engine` at `version`: the base profile with every change up to that
+    version merged in. `note` says which known version was used when `version` is not one."""
+    base = profile(engine)
+    known = VERSIONS.get(engine, [])
+    if not version or not known:
+        return base, ""
+    want = _version(version)
+    merged, used = dict(base), known[0][0]
+    for since, changes, _source in known:
+        if _version(since) <= want:
+            merged.update(changes)
+            used = since
+    names = [v for v, _c, _s in known]
+    note = "" if version in names else (
+        "%s %s is not a version this profile was read from (%s): using %s's" % (engine, version, ", ".join(names), used))
+    return merged, note
+
+
+def profile(engine: str | dict[str, Any]) -> dict[str, Any]:
+    """The base profile of `engine` (a resolved profile is returned as it is), or a ValueError that
+    names the known engines."""
+    if isinstance(engine, dict):
+        return engine
     try:
         return ENGINES[engine]
     except KeyError:

@@ -44,7 +44,7 @@ def parse_unit_show(text: str) -> dict[str, Any]:
     return state
 
 
-def journal_stage(lines: list[str], engine: str) -> tuple[str, str, str]:
+def journal_stage(lines: list[str], engine: str | dict[str, Any]) -> tuple[str, str, str]:
     """(stage, stage_line, failure_line) from the unit's journal since its start.
 
     `stage` is the label of the last progress line, `failure_line` the first line matching one
@@ -83,18 +83,33 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
     return out
 
 
-def in_flight(metrics_text: str, engine: str) -> tuple[float | None, dict[str, float]]:
-    """Sum of the engine's in-flight gauges (running + queued), and each gauge's value.
-    None when none of the gauges is exposed (metrics off)."""
+def in_flight(metrics_text: str, engine: str | dict[str, Any]) -> tuple[float | None, dict[str, float]]:
+    """In-flight work (running + queued) and each count: from the engine's JSON load endpoint where
+    its profile names one (`load_json`: dotted paths), else the sum of its Prometheus gauges.
+    None when none is there (metrics off, another answer)."""
+    prof = profile(engine)
+    if prof.get("load_json"):
+        try:
+            data = json.loads(metrics_text)
+        except ValueError:
+            return None, {}
+        each = {}
+        for dotted in prof["load_json"]:
+            value: Any = data
+            for key in dotted.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                each[dotted] = float(value)
+        return (sum(each.values()) if len(each) == len(prof["load_json"]) else None), each
     parsed = parse_prometheus(metrics_text)
     each: dict[str, float] = {}
-    for name in profile(engine)["inflight_metrics"]:
+    for name in prof["inflight_metrics"]:
         if name in parsed:
             each[name] = sum(v for _labels, v in parsed[name])
     return (sum(each.values()) if each else None), each
 
 
-def startup_phases(metrics_text: str, engine: str) -> dict[str, float]:
+def startup_phases(metrics_text: str, engine: str | dict[str, Any]) -> dict[str, float]:
     """SGLang's start-up time gauges by phase ("total" where the gauge has no phase label)."""
     parsed = parse_prometheus(metrics_text)
     out: dict[str, float] = {}
@@ -133,7 +148,7 @@ def server_message(body: str) -> str:
     return json.dumps(data)[:200]
 
 
-def classify(engine: str, probe: str, http: HttpResult, unit: dict[str, Any] | None = None,
+def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: dict[str, Any] | None = None,
              restarts_baseline: int | None = None, journal_failure: str = "",
              expect: str | None = None) -> dict[str, Any]:
     """Decide phase/ready/failed from one probe's observations.
@@ -189,6 +204,8 @@ def classify(engine: str, probe: str, http: HttpResult, unit: dict[str, Any] | N
     for marker, marker_phase in prof["body_phase"].items():
         if status != 200 and marker in http.body:
             phase = marker_phase
+    if phase == "failed":  # a status this engine gives only when it is dead (vLLM's 503: EngineDeadError)
+        return _fail(result, "the server answered HTTP %s, which this engine gives only when its engine is dead" % status)
     if phase != "ready":
         result["phase"] = phase or "loading"
         result["reason"] = "HTTP %s%s" % (status, "" if phase else " (not a status this engine uses while starting)")

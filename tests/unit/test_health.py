@@ -4,6 +4,7 @@ engines' sources: SGLang http_server.py, llama.cpp server-http.cpp, vLLM api_ser
 import json
 
 import pytest
+from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import (
     HttpResult,
     classify,
@@ -99,13 +100,42 @@ garbage line {
 """
 
 
-def test_prometheus_in_flight_and_startup_phases():
+VLLM_METRICS = 'vllm:num_requests_running{model_name="m"} 3.0\nvllm:num_requests_waiting{model_name="m"} 2.0\n'
+# SGLang's /v1/loads (entrypoints/v1_loads.py:130, 0.5.10): live counts of the scheduler's batch and queue
+LOADS = json.dumps({"timestamp": "2026-12-01T00:00:00+00:00", "version": "0.5.10", "dp_rank_count": 1,
+                    "loads": [{"dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 2}],
+                    "aggregate": {"total_running_reqs": 3, "total_waiting_reqs": 2, "total_reqs": 5}})
+
+
+def test_in_flight_work_and_startup_phases_per_engine_and_version():
     assert parse_prometheus(METRICS)["sglang:num_running_reqs"][0][0]["tp_rank"] == "0"
-    total, each = in_flight(METRICS, "sglang")
-    assert total == 5.0 and each == {"sglang:num_running_reqs": 3.0, "sglang:num_queue_reqs": 2.0}
-    assert in_flight("llamacpp:requests_processing 0\n", "sglang") == (None, {})
-    assert startup_phases(METRICS, "sglang") == {"load_weights": 219.3, "cuda_graph": 95.5}
+    total, each = in_flight(VLLM_METRICS, "vllm")
+    assert total == 5.0 and each == {"vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 2.0}
+    assert in_flight(LOADS, "sglang") == (5.0, {"aggregate.total_running_reqs": 3.0, "aggregate.total_waiting_reqs": 2.0})
+    # SGLang's sampled gauges are never read for the drain: a /metrics text is no load answer
+    assert in_flight(METRICS, "sglang") == (None, {})
+    assert in_flight("llamacpp:requests_processing 0\n", "vllm") == (None, {})
+    assert startup_phases(METRICS, "sglang") == {}  # 0.5.10-0.5.16: no real start-up time gauge
+    assert startup_phases(METRICS, resolve("sglang", "0.5.23")[0]) == {"load_weights": 219.3, "cuda_graph": 95.5}
     assert startup_phases(METRICS, "llamacpp") == {}
+
+
+def test_profiles_follow_the_engine_version_and_say_when_it_is_not_a_known_one():
+    p10, note10 = resolve("sglang", "0.5.10")
+    p23, _ = resolve("sglang", "0.5.23")
+    assert note10 == "" and p10["liveness_path"] == "/health" and p23["liveness_path"] == "/ready"
+    between, note = resolve("sglang", "0.5.20")
+    assert between["liveness_path"] == "/health" and "using 0.5.16's" in note
+    newer, note = resolve("sglang", "0.6.1")
+    assert newer["liveness_path"] == "/ready" and "using 0.5.23's" in note
+    older, note = resolve("sglang", "0.4.0")
+    assert older["liveness_path"] == "/health" and "using 0.5.10's" in note
+
+
+def test_vllm_503_is_a_dead_engine_not_a_warmup():
+    # entrypoints/serve/instrumentator/health.py: 503 only on EngineDeadError
+    r = classify("vllm", "status", HttpResult(503, ""), ACTIVE, 0)
+    assert r["failed"] and "engine is dead" in r["reason"]
 
 
 def test_unit_show_parsing_and_unknown_engine():

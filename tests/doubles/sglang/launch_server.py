@@ -1,26 +1,38 @@
 """TEST DOUBLE of `python -m sglang.launch_server` (SGLang needs GPUs; the lab has none).
 
-It reproduces the start-up protocol of SGLang 0.5.10 as its source defines it, so the cycle's
-readiness, drain and unit handling can be tested for SGLang-only behaviour with a real process
-under systemd:
-  - argument parsing: unknown flags exit 2 ("unrecognized arguments"), like SGLang's argparse
-  - while weights load and CUDA graphs are captured the HTTP port is CLOSED (connection refused)
-    (srt/entrypoints/http_server.py binds only after the scheduler is ready)
-  - journal lines of model_executor/model_runner.py, mem_cache/memory_pool.py, managers/scheduler.py
-  - then a warmup request: /health and /health_generate answer 503 until it succeeds, 200 after;
-    "The server is fired up and ready to roll!" is logged
-  - /v1/models and /model_info answer 200 as soon as the port is open (even while warming up)
-  - /metrics (with --enable-metrics): sglang:num_running_reqs, sglang:num_queue_reqs,
-    sglang:engine_startup_time (0.5.10 defines it and never sets it: always 0.0)
-  - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4")
-  - SIGTERM: waits for running requests (graceful), then exits 0
-  - `--config FILE.yaml` (server_args.py prepare_server_args + server_args_config_parser.py, 0.5.10 and
-    0.5.16): the file's keys become arguments before the command line's; this double reads the
-    `key: <JSON scalar>` lines the cycle writes (the API key file), not all of YAML
+It claims one SGLang release at a time, BC_DOUBLE_SGLANG_VERSION (0.5.10, 0.5.15, 0.5.16 or 0.5.23;
+default 0.5.10), and reproduces that release's protocol as its sources define it, so the cycle's
+readiness, drain and unit handling are tested for SGLang-only behaviour with a real process under
+systemd. Each behaviour names the source it follows (files of the release's wheel):
+  - flags: exactly that release's (flags/<version>.json, extracted from its server_args.py by
+    extract_flags.py); an unknown flag exits 2 ("unrecognized arguments"), as argparse does
+  - `--config FILE.yaml` (server_args.py prepare_server_args + server_args_config_parser.py): the
+    file's keys become arguments before the command line's; this double reads the `key: <JSON
+    scalar>` lines the cycle writes (the API key file), not all of YAML
   - at start it logs `server_args=ServerArgs(...)` with every argument, the API key included, as
     srt/entrypoints/engine.py:648 (0.5.10) does: what the cycle must never show
-Test knobs (environment, double only): BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
-BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER.
+  - while weights load and CUDA graphs are captured the HTTP port is CLOSED (connection refused);
+    the capture lines are the release's (0.5.10 "Capture cuda graph begin."; from 0.5.16
+    model_runner_components/cuda_graph_setup.py:257 "Capture target decode CUDA graph begin. backend=")
+  - then a warmup request: /health and /health_generate (one handler, http_server.py) answer 503 at
+    once while Starting, 200 once Up; "The server is fired up and ready to roll!" is logged
+  - GET /ready (0.5.23 only, http_server.py:714): 200 when up and not exiting, else 503
+  - a hung scheduler (BC_DOUBLE_HANG=1, once up): /health* wait SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for
+    a token, log "Health check failed. Server couldn't get a response from detokenizer for last N
+    seconds.", mark the server UnHealthy and answer 503 (http_server.py health_generate); completions hang
+  - with an API key only /health* and /metrics are exempt (utils/auth.py:100); 401 {"error": "Unauthorized"}
+  - /v1/loads (entrypoints/v1_loads.py:130): live counts of the running batch and waiting queue
+  - /metrics (with --enable-metrics): sglang:num_running_reqs and sglang:num_queue_reqs are SAMPLES,
+    refreshed only every BC_DOUBLE_GAUGE_S seconds (30 when idle in the real scheduler), so they
+    lag the truth; sglang:engine_startup_time is defined and never set (0.0)
+  - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4"); a wrong model name is
+    404 {"object": "error", "message": "The model `x` does not exist.", ...}
+  - SIGTERM (managers/tokenizer_manager.py sigterm_watchdog, 0.5.10:2131-2165): /health* answer 503;
+    "Gracefully exiting... Remaining number of requests N" every 5 s until none, then exit 0; an
+    UnHealthy server logs "Signal SIGTERM received while health check failed. Force exiting." and exits
+Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
+BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER,
+BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S.
 """
 
 from __future__ import annotations
@@ -34,32 +46,42 @@ import threading
 import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-STATE: dict[str, Any] = {"ready": False, "running": 0, "queued": 0, "exiting": False, "startup": 0.0}
+VERSION = os.environ.get("BC_DOUBLE_SGLANG_VERSION", "0.5.10")
+STATE: dict[str, Any] = {"status": "Starting", "running": 0, "queued": 0, "exiting": False,
+                         "gauge_running": 0, "gauge_queued": 0}
 LOCK = threading.Lock()
+HEALTH_CHECK_TIMEOUT = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
 
 
 def log(msg: str) -> None:
     print("[%s TP0] %s" % (datetime.now().strftime("%Y-%m-%d %H:%M:%S"), msg), flush=True)
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".")[:3])
+
+
+def parser() -> argparse.ArgumentParser:
+    table = Path(__file__).with_name("flags") / ("%s.json" % VERSION)
+    if not table.exists():
+        raise SystemExit("sglang double: BC_DOUBLE_SGLANG_VERSION=%s has no flag table (%s)" % (VERSION, table))
+    p = argparse.ArgumentParser(prog="sglang serve")
+    for flag, kind in json.loads(table.read_text())["flags"].items():
+        if flag in ("--help", "--version"):
+            continue
+        kwargs: dict[str, Any] = {"switch": {"action": "store_true"}, "list": {"nargs": "+"},
+                                  "optional": {"nargs": "?"}}.get(kind, {})
+        try:
+            p.add_argument(flag, **kwargs)
+        except argparse.ArgumentError:
+            pass  # an alias listed twice
+    return p
+
+
 def parse() -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="sglang.launch_server")
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--served-model-name")
-    p.add_argument("--api-key")
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--context-length", type=int)
-    p.add_argument("--mem-fraction-static", type=float)
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--watchdog-timeout", type=float)
-    p.add_argument("--max-running-requests", type=int)
-    p.add_argument("--cuda-graph-max-bs", type=int)
-    p.add_argument("--config")
     argv = sys.argv[1:]
     if "--config" in argv:
         at = argv.index("--config")
@@ -73,7 +95,10 @@ def parse() -> argparse.Namespace:
                 if sep and not line.startswith("#"):
                     extra += ["--" + key.strip(), str(json.loads(value.strip()))]
         argv = extra + argv[:at] + argv[at + 2:]
-    return p.parse_args(argv)
+    args = parser().parse_args(argv)  # an unknown flag: exit 2, "unrecognized arguments"
+    if not args.model_path:
+        raise SystemExit(2)
+    return args
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -90,41 +115,76 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def authorized(self) -> bool:
-        if not self.args.api_key:
+    def authorized(self, path: str) -> bool:
+        key = getattr(self.args, "api_key", None)
+        if not key or path.startswith(("/health", "/metrics")):  # utils/auth.py:100
             return True
-        if self.headers.get("Authorization") == "Bearer " + self.args.api_key:
+        if self.headers.get("Authorization") == "Bearer " + key:
             return True
         self.reply(401, {"error": "Unauthorized"})
         return False
 
+    def health(self) -> None:
+        if STATE["exiting"]:
+            log("Health check request received during shutdown. Returning 503.")
+            self.reply(503)
+        elif STATE["status"] == "Starting":
+            self.reply(503)
+        elif os.environ.get("BC_DOUBLE_HANG") == "1" or STATE["status"] == "UnHealthy":
+            time.sleep(HEALTH_CHECK_TIMEOUT)  # no token comes back from the hung scheduler
+            log("Health check failed. Server couldn't get a response from detokenizer for last %d seconds." % HEALTH_CHECK_TIMEOUT)
+            STATE["status"] = "UnHealthy"
+            self.reply(503)
+        else:
+            self.reply(200)
+
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
+        if not self.authorized(path):
+            return
         if path in ("/health", "/health_generate"):
-            self.reply(200 if STATE["ready"] and not STATE["exiting"] else 503)
-        elif path == "/v1/models" and self.authorized():
+            self.health()
+        elif path == "/ready" and version_tuple(VERSION) >= (0, 5, 23):
+            self.reply(200 if STATE["status"] == "Up" and not STATE["exiting"] else 503)
+        elif path == "/v1/models":
             self.reply(200, {"object": "list", "data": [{"id": self.args.served_model_name or self.args.model_path}]})
         elif path == "/model_info":
             self.reply(200, {"model_path": self.args.model_path, "is_generation": True})
+        elif path == "/v1/loads":
+            with LOCK:
+                running, waiting = STATE["running"], STATE["queued"]
+            self.reply(200, {"timestamp": datetime.now().isoformat(), "version": VERSION, "dp_rank_count": 1,
+                             "loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting}],
+                             "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting,
+                                           "total_reqs": running + waiting}})
         elif path == "/metrics" and self.args.enable_metrics:
             labels = '{engine_type="unified",model_name="%s",tp_rank="0"}' % (self.args.served_model_name or "default")
             text = ("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs%s %d.0\n"
                     "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs%s %d.0\n"
-                    "# TYPE sglang:engine_startup_time gauge\nsglang:engine_startup_time%s %.2f\n"
-                    % (labels, STATE["running"], labels, STATE["queued"], labels, 0.0))
+                    "# TYPE sglang:engine_startup_time gauge\nsglang:engine_startup_time%s 0.0\n"
+                    % (labels, STATE["gauge_running"], labels, STATE["gauge_queued"], labels))
             self.reply(200, text.encode())
         else:
             self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        if self.path != "/v1/completions" or not self.authorized():
-            if self.path != "/v1/completions":
-                self.reply(404, {"detail": "Not Found"})
+        path = self.path.split("?")[0]
+        if path != "/v1/completions":
+            self.reply(404, {"detail": "Not Found"})
+            return
+        if not self.authorized(path):
             return
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        served = self.args.served_model_name or self.args.model_path
+        if req.get("model") not in (None, "", served):
+            self.reply(404, {"object": "error", "message": "The model `%s` does not exist." % req.get("model"),
+                             "type": "NotFoundError", "param": None, "code": 404})
+            return
         with LOCK:
             STATE["running"] += 1
         try:
+            if os.environ.get("BC_DOUBLE_HANG") == "1":
+                time.sleep(3600)
             time.sleep(float(os.environ.get("BC_DOUBLE_TOKEN_MS", "0")) / 1000 * int(req.get("max_tokens", 16)))
             text = os.environ.get("BC_DOUBLE_ANSWER", "4")
             self.reply(200, {"id": "cmpl-double", "object": "text_completion", "model": req.get("model"),
@@ -134,10 +194,31 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["running"] -= 1
 
 
+def sample_gauges() -> None:
+    """The scheduler's gauges are samples, not live counts (observability/metrics_collector.py): here
+    refreshed every BC_DOUBLE_GAUGE_S seconds."""
+    period = float(os.environ.get("BC_DOUBLE_GAUGE_S", "30"))
+    while True:
+        with LOCK:
+            STATE["gauge_running"], STATE["gauge_queued"] = STATE["running"], STATE["queued"]
+        time.sleep(period)
+
+
+def capture_lines(load: float) -> None:
+    if version_tuple(VERSION) >= (0, 5, 16):
+        log("Capture target decode CUDA graph begin. backend=full, bs=[1, 2, 4, 8, 16, 24, 32], avail mem=30.00 GB")
+        time.sleep(load / 2)
+        log("Capture target decode CUDA graph end. elapsed=%.2f s, mem usage=1.20 GB, avail mem=28.80 GB." % (load / 2))
+    else:
+        log("Capture cuda graph begin. This can take up to several minutes. avail mem=30.00 GB")
+        log("Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32]")
+        time.sleep(load / 2)
+        log("Capture cuda graph end. Time elapsed: %.2f s. mem usage=1.20 GB. avail mem=28.80 GB." % (load / 2))
+
+
 def main() -> None:
     args = parse()
     Handler.args = args
-    t0 = time.monotonic()
     load = float(os.environ.get("BC_DOUBLE_LOAD_S", "1"))
     log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(vars(args).items()) if kv[0] != "config"))
     log("Load weight begin. avail mem=139.10 GB")
@@ -149,40 +230,44 @@ def main() -> None:
         print("Received sigquit from a child process. It usually means the child failed.", flush=True)
         log("scheduler died during initialization")
         sys.exit(1)
-    log("Capture cuda graph begin. This can take up to several minutes. avail mem=30.00 GB")
-    log("Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32]")
-    time.sleep(load / 2)
-    log("Capture cuda graph end. Time elapsed: %.2f s. mem usage=1.20 GB. avail mem=28.80 GB." % (load / 2))
+    capture_lines(load)
     log("max_total_num_tokens=812345, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         "max_running_requests=64, context_len=%s" % (args.context_length or 262144))
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server = ThreadingHTTPServer((args.host or "127.0.0.1", int(args.port or 30000)), Handler)
     server.daemon_threads = True
-    log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (args.host, args.port))
+    log("Uvicorn running on http://%s:%s (Press CTRL+C to quit)" % (args.host, args.port))
 
     def warmup() -> None:
         time.sleep(float(os.environ.get("BC_DOUBLE_WARMUP_S", "1")))
         if os.environ.get("BC_DOUBLE_FAIL") == "warmup":
             log("Initialization failed. warmup error: RuntimeError: warmup request failed")
             os.kill(os.getpid(), signal.SIGKILL)
-        STATE["startup"] = time.monotonic() - t0
-        STATE["ready"] = True
+        STATE["status"] = "Up"
         log("The server is fired up and ready to roll!")
 
     def sigterm(_sig: int, _frame: Any) -> None:
         STATE["exiting"] = True
-        log("Received SIGTERM; waiting for %d running request(s)" % STATE["running"])
 
-        def drain() -> None:
-            while STATE["running"]:
-                time.sleep(0.05)
+        def watchdog() -> None:
+            while True:
+                if STATE["status"] == "UnHealthy":
+                    log("Signal SIGTERM received while health check failed. Force exiting.")
+                    os._exit(1)
+                with LOCK:
+                    remain = STATE["running"] + STATE["queued"]
+                log("Gracefully exiting... Remaining number of requests %d." % remain)
+                if remain == 0:
+                    break
+                time.sleep(5)
             server.shutdown()
 
-        threading.Thread(target=drain, daemon=True).start()
+        threading.Thread(target=watchdog, daemon=True).start()
 
     signal.signal(signal.SIGTERM, sigterm)
     threading.Thread(target=warmup, daemon=True).start()
+    threading.Thread(target=sample_gauges, daemon=True).start()
     server.serve_forever()
-    log("Gracefully exiting")
+    sys.exit(0)
 
 
 if __name__ == "__main__":

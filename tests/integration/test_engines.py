@@ -1,0 +1,85 @@
+"""Engine truth under a real systemd: the SGLang test double (each release's protocol, from its
+sources) as a real unit in the lab, driven by the real cycle."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import yaml
+from conftest import DOUBLE, ROOT, playbook, sh
+
+
+def ct200_settings() -> dict:
+    """The real site's engine settings and environment, on the lab's loopback port."""
+    site = yaml.safe_load((ROOT / "inventory/ct200/group_vars/all.yml").read_text())
+    settings = dict(site["bc_engine_settings"], host="127.0.0.1")
+    env = dict(site["bc_engine_env"], **DOUBLE["bc_engine_env"])
+    return dict(DOUBLE, bc_engine_version=site["bc_engine_version"], bc_engine_settings=settings, bc_engine_env=env)
+
+
+def double_pid() -> str:
+    return sh("systemctl show -p MainPID --value sglang-double").strip()
+
+
+def test_the_real_sites_command_line_starts_under_systemd_and_serves(lab, reliability):
+    extra = ct200_settings()
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc == 0, run.out[-3000:]
+    unit = sh("cat /etc/systemd/system/sglang-double.service")
+    assert "--tool-call-parser kimi_k2 --reasoning-parser kimi_k2" in unit and "--tp-size 8" in unit
+    assert sh("systemctl is-active sglang-double").strip() == "active"
+    reliability(fault="the real site's command line", injected="inventory/ct200's bc_engine_settings and env (SGLang 0.5.10 flags)",
+                did="the unit rendered from them starts the SGLang double (0.5.10's own flag table) under systemd; cycle completed",
+                service_after="active (SGLang double)", data_kept="full results", detect_s=None, run_s=run.seconds)
+
+
+def test_a_hung_scheduler_fails_fast_naming_it_and_the_previous_unit_comes_back(lab, reliability):
+    extra = ct200_settings()
+    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
+    hung = dict(extra, bc_readiness_timeout_s=600)
+    hung["bc_engine_env"] = dict(extra["bc_engine_env"], BC_DOUBLE_HANG="1", SGLANG_HEALTH_CHECK_TIMEOUT="16")
+    run = playbook("benchmark_cycle.yml", extra_vars=hung)
+    assert run.rc != 0
+    text = " ".join(run.out.split())
+    assert "hung scheduler" in text or "Health check failed" in text, run.out[-3000:]
+    waited = run.at("Fail with the phase", "failed") - run.at("Wait for the server to be ready", "start")
+    assert waited < 600, waited  # not the budget: the first probe that hung
+    assert "rolled back to the previous unit, which is serving again" in text
+    assert "BC_DOUBLE_HANG" not in sh("cat /etc/benchmark-cycle/sglang-double.env")
+    reliability(fault="hung scheduler", injected="SGLang double up but giving no token (its /health waits 16 s, then 503)",
+                did="readiness failed at the first hung probe naming it (not the 600 s budget); rolled back; play failed",
+                service_after="active (previous unit)", data_kept="sweep results of the run kept", detect_s=waited, run_s=run.seconds)
+
+
+def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
+    extra = ct200_settings()
+    extra.update(bc_drain_deadline_s=3, bc_drain_on_deadline="abort")
+    extra["bc_engine_env"] = dict(extra["bc_engine_env"], BC_DOUBLE_GAUGE_S="3600", BC_DOUBLE_TOKEN_MS="1000")
+    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
+    before = double_pid()
+    sh("(curl -s -m 60 -d '{\"prompt\":\"x\",\"max_tokens\":40}' http://127.0.0.1:30001/v1/completions >/dev/null &); sleep 0.5")
+    assert re.search(r"sglang:num_running_reqs\{[^}]*\} 0\.0", sh("curl -s http://127.0.0.1:30001/metrics"))  # the sample: 0
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc != 0 and "drain deadline passed: 1.0 request(s) still in flight" in run.out, run.out[-3000:]
+    assert double_pid() == before  # never stopped with a request in flight
+    sh("systemctl stop sglang-double")
+    reliability(fault="stale in-flight gauge", injected="sglang:num_running_reqs stuck at 0 (a sample) while a 40 s request runs",
+                did="the drain read SGLang's live /v1/loads (1 in flight), waited its 3 s deadline and aborted; not stopped",
+                service_after="active, untouched (SGLang double)", data_kept="-", detect_s=None, run_s=run.seconds)
+
+
+def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
+    extra = ct200_settings()
+    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
+    # the server serves another name than the one the probe asks for: 404 "The model ... does not exist"
+    wrong = dict(extra, bc_engine_extra_args=["--served-model-name", "kimi-k3"], bc_readiness_timeout_s=600)
+    started = time.monotonic()
+    run = playbook("benchmark_cycle.yml", extra_vars=wrong)
+    assert run.rc != 0
+    assert "HTTP 404: The model `kimi-k2.6` does not exist." in run.out, run.out[-3000:]
+    assert time.monotonic() - started < 600
+    sh("systemctl stop sglang-double")
+    reliability(fault="ready server refuses the completion", injected="served model name kimi-k3, probe asks for kimi-k2.6 (404)",
+                did="the completion probe failed at once with the server's own message; rolled back; play failed",
+                service_after="stopped (the test's double)", data_kept="-", detect_s=None, run_s=run.seconds)

@@ -1,0 +1,146 @@
+"""Engine truth against the SGLang test double run for real on loopback (its protocol is taken from
+each release's sources, cited in tests/doubles/sglang/launch_server.py), through the real
+inference_health module: what a ready server refuses fails at once with its own words, the drain
+reads live counts, and the double's flag tables are the releases' own."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_modules_adhoc import adhoc
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = ROOT / "tests/doubles"
+CT200 = ["--model-path", "/root/models/Kimi-K2.6", "--served-model-name", "kimi-k2.6", "--tp-size", "8", "--host", "127.0.0.1",
+         "--context-length", "262144", "--mem-fraction-static", "0.88", "--enable-metrics", "--trust-remote-code",
+         "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--watchdog-timeout", "900"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(*args: str, version: str = "0.5.10", **env: str) -> tuple[subprocess.Popen, str]:
+    """The double on a free loopback port, its port open (it opens after the load, as SGLang's does)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args, "--port", str(port)], cwd=DOUBLE,
+                            env=dict(os.environ, PYTHONPATH=str(DOUBLE), BC_DOUBLE_SGLANG_VERSION=version, BC_DOUBLE_LOAD_S="0.1",
+                                     BC_DOUBLE_WARMUP_S="0.1", **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/model_info" % port, timeout=2).read()
+        except urllib.error.HTTPError:
+            pass  # an answer all the same (401 under a key): the port is open
+        except OSError:
+            time.sleep(0.1)
+            continue
+        time.sleep(0.3)  # past the 0.1 s warmup
+        return proc, "http://127.0.0.1:%d" % port
+    proc.kill()
+    raise AssertionError(proc.communicate()[0][-2000:])
+
+
+@pytest.fixture
+def double():
+    procs: list[subprocess.Popen] = []
+
+    def run(*args: str, **kw: str) -> str:
+        proc, url = spawn(*args, **kw)
+        procs.append(proc)
+        return url
+
+    yield run
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_real_sites_command_line_starts_every_release_it_may_run(double):
+    for version in ("0.5.10", "0.5.15", "0.5.16"):
+        assert double(*CT200, version=version)
+
+
+def test_an_unknown_flag_exits_2_as_the_releases_argparse_does():
+    for version, flag in (("0.5.10", "--no-such-flag"), ("0.5.10", "--cuda-graph-max-bs-decode"), ("0.5.23", "--cuda-graph-max-bs")):
+        proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path", "/m", flag, "8"], cwd=DOUBLE,
+                              env=dict(os.environ, PYTHONPATH=str(DOUBLE), BC_DOUBLE_SGLANG_VERSION=version),
+                              capture_output=True, text=True, timeout=30, check=False)
+        assert proc.returncode == 2, (version, flag, proc.stderr[-300:])
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.15", "0.5.16", "0.5.23"])
+def test_flag_tables_are_the_releases_own(version):
+    table = json.loads((DOUBLE / "sglang/flags" / f"{version}.json").read_text())
+    flags = table["flags"]
+    assert table["version"] == version and len(flags) > 300
+    assert flags["--enable-metrics"] == "switch" and flags["--model-path"] == "value" and "--config" in flags
+    # the rename the unit role's flag history follows (roles/service_unit/vars/main.yml)
+    assert ("--cuda-graph-max-bs" in flags) == (version in ("0.5.10", "0.5.15", "0.5.16"))
+    assert ("--cuda-graph-max-bs-decode" in flags) == (version != "0.5.10")
+
+
+def test_a_wrong_model_name_and_a_missing_key_fail_the_completion_at_once_with_the_servers_words(double):
+    url = double(*CT200, "--api-key", "sk-engine-truth-1")
+    wrong = adhoc("inference_health", {"url": url, "probe": "completion", "model": "kimi-k3", "api_key": "sk-engine-truth-1"})
+    assert wrong["_status"] == "FAILED!" and "HTTP 404: The model `kimi-k3` does not exist." in wrong["msg"], wrong
+    nokey = adhoc("inference_health", {"url": url, "probe": "completion", "model": "kimi-k2.6"})
+    assert nokey["_status"] == "FAILED!" and "HTTP 401: Unauthorized" in nokey["msg"], nokey
+    # /health* and /metrics are exempt from the key (utils/auth.py:100), /v1/loads is not
+    assert adhoc("inference_health", {"url": url})["ready"] is True
+    loads = adhoc("inference_health", {"url": url, "probe": "load"})
+    assert loads["in_flight"] is None and "HTTP 401" in loads["in_flight_unknown"]
+
+
+def test_the_drain_reads_live_counts_not_the_sampled_gauges(double):
+    url = double(*CT200, BC_DOUBLE_GAUGE_S="3600", BC_DOUBLE_TOKEN_MS="500")
+    body = json.dumps({"prompt": "x", "max_tokens": 20, "model": "kimi-k2.6"}).encode()
+    client = subprocess.Popen(["curl", "-s", "-m", "30", "-d", body.decode(), url + "/v1/completions"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        metrics = subprocess.run(["curl", "-s", url + "/metrics"], capture_output=True, text=True, timeout=10, check=True).stdout
+        assert 'sglang:num_running_reqs{' in metrics and "} 0.0" in metrics.splitlines()[1]  # the stale sample says 0
+        r = adhoc("inference_health", {"url": url, "probe": "load", "engine_version": "0.5.10"})
+        assert r["in_flight"] == 1.0, r  # /v1/loads says 1: the drain waits
+    finally:
+        client.kill()
+
+
+def test_a_hung_scheduler_fails_the_readiness_probe_naming_it(double):
+    # up, but no token comes back: http_server.py health_generate waits SGLANG_HEALTH_CHECK_TIMEOUT, then 503
+    url = double(*CT200, BC_DOUBLE_HANG="1", SGLANG_HEALTH_CHECK_TIMEOUT="16")
+    r = adhoc("inference_health", {"url": url, "timeout": 30})
+    assert r["_status"] == "FAILED!" and "hung scheduler" in r["msg"], r
+
+
+def test_sigterm_of_a_server_with_a_request_in_flight_waits_for_it(double):
+    url = double(*CT200, BC_DOUBLE_TOKEN_MS="200")
+    client = subprocess.Popen(["curl", "-s", "-m", "30", "-d", '{"prompt": "x", "max_tokens": 10}', url + "/v1/completions"],
+                              stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    server = next(p for p in psutil_like() if url.rsplit(":", 1)[1] in p[1])
+    os.kill(server[0], 15)
+    assert '"text": "4"' in client.communicate(timeout=30)[0]  # the request finished: a graceful drain
+
+
+def psutil_like() -> list[tuple[int, str]]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out.append((int(entry.name), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
+            except OSError:
+                pass
+    return [p for p in out if "sglang.launch_server" in p[1]]
