@@ -94,7 +94,8 @@ def main() -> None:
     with zipfile.ZipFile(sys.argv[1]) as zf:
         version = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")).split("-")[1].split(".dist")[0]
         # 0.5.23 splits ServerArgs' fields over srt/arg_groups/*.py mixins
-        files = ["sglang/srt/server_args.py", *sorted(n for n in zf.namelist() if n.startswith("sglang/srt/arg_groups/") and n.endswith(".py"))]
+        groups = sorted(n for n in zf.namelist() if n.startswith("sglang/srt/arg_groups/") and n.endswith(".py"))
+        files = ["sglang/srt/server_args.py", *groups]
         found: dict[str, str] = {}
         for name in files:
             for flag, kind in flags(zf.read(name).decode()).items():
