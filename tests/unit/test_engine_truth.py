@@ -144,3 +144,16 @@ def psutil_like() -> list[tuple[int, str]]:
             except OSError:
                 pass
     return [p for p in out if "sglang.launch_server" in p[1]]
+
+
+def test_the_vllm_unit_runs_vllm_serve_and_the_stop_knows_both_programs():
+    import yaml
+    from ansible.module_utils.bc_engines import ENGINES
+    from ansible.module_utils.bc_unit import engine_process
+
+    engines = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
+    assert engines["vllm"]["exec"] == ["{{ service_unit_python | dirname }}/vllm", "serve"]
+    spec = ENGINES["vllm"]["processes"]
+    assert engine_process(["/opt/vllm/bin/vllm", "serve", "--model", "/m"], spec)
+    assert engine_process(["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"], spec)
+    assert engine_process(["VLLM::Worker_TP3"], spec) and engine_process(["VLLM::EngineCore"], spec)
