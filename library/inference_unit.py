@@ -113,27 +113,82 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-unit_changed: {description: The unit file was replaced., returned: state=present, type: bool}
-env_changed: {description: The environment file was replaced (or its mode fixed)., returned: state=present, type: bool}
-rollback_kept: {description: The files this install replaced and kept for rollback., returned: state=present, type: list}
-rollback_dir: {description: Where this cycle keeps the files it replaced., returned: state=present or rolled_back, type: str}
-sweeps_ended: {description: "This cycle's sweeps killed before the start (pid tag).", returned: state=started, type: list}
+name: {description: The unit name without .service., returned: always, type: str, sample: sglang-k26-ddtree}
+state: {description: The state asked for., returned: always, type: str, sample: stopped}
+unit_changed: {description: The unit file was replaced., returned: state=present, type: bool, sample: true}
+env_changed:
+  description: The environment or secrets file was replaced (or its mode fixed).
+  returned: state=present
+  type: bool
+  sample: false
+enable_changed: {description: The unit was enabled or disabled., returned: state=present, type: bool, sample: false}
+daemon_reloaded: {description: systemd reloaded its units., returned: state=present, type: bool, sample: true}
+unit_file:
+  description: The installed unit file.
+  returned: state=present
+  type: str
+  sample: /etc/systemd/system/sglang-k26-ddtree.service
+rollback_kept:
+  description: The files this install replaced and kept for rollback.
+  returned: state=present
+  type: list
+  elements: str
+  sample: [/etc/systemd/system/sglang-k26-ddtree.service]
+rollback_dir:
+  description: Where this cycle keeps the files it replaced.
+  returned: state=present or rolled_back
+  type: str
+  sample: /var/lib/benchmark-cycle/rollback/20261201T083500Z-42
+sweeps_ended:
+  description: "This cycle's sweeps killed before the start (pid tag)."
+  returned: state=started
+  type: list
+  elements: str
+  sample: []
 switch:
   description: The dead-man switch's transient unit name.
   returned: state=armed or disarmed
   type: str
   sample: bc-deadman-llama-lab
-was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str}
-stop_s: {description: Seconds the stop took., returned: state=stopped, type: float}
-leftover_processes: {description: "Server processes found after the stop (pid and command line).", returned: state=stopped, type: list}
-leftovers_killed: {description: They were SIGKILLed., returned: state=stopped, type: bool}
-other_services_processes:
-  description: Processes with a server's name that belong to another systemd service; left alone.
+fires_in_s: {description: Seconds until the armed switch fires., returned: state=armed, type: int, sample: 4300}
+was_armed: {description: The switch was armed when disarmed., returned: state=disarmed, type: bool, sample: true}
+was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str, sample: active}
+stop_s: {description: Seconds the stop took., returned: state=stopped, type: float, sample: 4.71}
+leftover_processes:
+  description: The unit's own server processes found after the stop (pid and command line).
   returned: state=stopped
   type: list
-gpu_memory_used_mib: {description: "Used MiB per GPU index once free ({} without nvidia-smi).", returned: state=stopped, type: dict}
-rolled_back: {description: A kept unit or environment file was put back., returned: state=rolled_back, type: bool}
-n_restarts: {description: Restart count after the start (0 after reset-failed)., returned: state=started or rolled_back, type: int}
+  elements: str
+  sample: ["4242 sglang::scheduler_TP3"]
+leftovers_killed: {description: They were SIGKILLed., returned: state=stopped, type: bool, sample: false}
+other_services_processes:
+  description: Processes with a server's name that belong to another systemd service (pid and service); left alone.
+  returned: state=stopped
+  type: list
+  elements: str
+  sample: ["5151 sglang-other.service"]
+gpu_memory_used_mib:
+  description: "Used MiB per GPU index once free ({} without nvidia-smi)."
+  returned: state=stopped
+  type: dict
+  sample: {"0": 3}
+gpu_checked:
+  description: The GPU memory was checked (nvidia-smi exists and gpu_check is on).
+  returned: state=stopped
+  type: bool
+  sample: true
+rolled_back: {description: A file this cycle replaced was put back., returned: state=rolled_back, type: bool, sample: true}
+restored:
+  description: The files put back.
+  returned: state=rolled_back
+  type: list
+  elements: str
+  sample: [/etc/benchmark-cycle/sglang-k26-ddtree.env]
+n_restarts:
+  description: Restart count after the start (0 after reset-failed).
+  returned: state=started or rolled_back
+  type: int
+  sample: 0
 """
 
 import os
