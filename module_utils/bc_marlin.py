@@ -300,7 +300,7 @@ def environment(torch: Any, device: Any) -> dict[str, Any]:
             env["driver"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", str(device.index or 0)],
                 capture_output=True, text=True, timeout=20, check=False).stdout.strip()
-        except (OSError, ValueError):
+        except (OSError, ValueError, subprocess.TimeoutExpired):  # a hung nvidia-smi costs 20 s, never the sweep
             env["driver"] = ""
     else:
         env["gpu"] = None
