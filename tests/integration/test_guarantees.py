@@ -29,6 +29,13 @@ def router() -> list[str]:
     return sh("cat /tmp/lb-log 2>/dev/null || true").split()
 
 
+def failing_python() -> str:
+    """An interpreter that passes the preflight's import check and whose sweep then exits 3."""
+    sh("printf '#!/bin/sh\\ncase \"$1\" in -c) exec /opt/bench-venv/bin/python \"$@\";; esac\\nexit 3\\n' > /usr/local/bin/failing-python"
+       " && chmod +x /usr/local/bin/failing-python")
+    return "/usr/local/bin/failing-python"
+
+
 def with_router(extra: dict | None = None) -> dict:
     sh(f"printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\n' > {HOOK} && chmod +x {HOOK} && rm -f /tmp/lb-log")
     return dict(extra or {}, bc_lb_remove={"argv": [HOOK, "remove", "token-" + KEY]},
@@ -42,9 +49,7 @@ def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_t
     assert KEY not in run.out  # the hook's token: no_log
     # a failure after the stop (the sweep crashes): the service comes back, then the router takes it back
     # the import check passes, the sweep itself exits 3
-    sh("printf '#!/bin/sh\\ncase \"$1\" in -c) exec /opt/bench-venv/bin/python \"$@\";; esac\\nexit 3\\n' > /usr/local/bin/failing-python"
-       " && chmod +x /usr/local/bin/failing-python")
-    fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": "/usr/local/bin/failing-python"}))
+    fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": failing_python()}))
     assert fail.rc != 0
     assert router() == ["remove", "restore"], fail.out[-3000:]
     after = serving()
@@ -89,7 +94,7 @@ def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliabili
                 service_after=serving(), data_kept="the live unit and env file (v2)", detect_s=None, run_s=run.seconds)
 
 
-def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path, reliability):
+def test_the_api_key_never_reaches_a_command_line_or_any_output(llama, tmp_path, reliability):
     """The SGLang double logs its server_args (the key included) as SGLang does; a failed check
     prints the journal tail: the key must appear nowhere, at -vvv too, and not in the event log."""
     extra = dict(DOUBLE, bc_api_key=KEY)
@@ -111,6 +116,15 @@ def test_the_api_key_never_reaches_a_command_line_or_any_output(lab, tmp_path, r
     assert "--config /etc/benchmark-cycle/sglang-double.secrets.yaml" in cmdline
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     assert sh("stat -c %a /etc/benchmark-cycle/sglang-double.secrets.yaml").strip() == "600"
+    # the rescue path at -v: llama.cpp with the key (LLAMA_API_KEY), a sweep that fails after the stop
+    log2 = tmp_path / "events2.jsonl"
+    rescue = subprocess.run(playbook_cmd("benchmark_cycle.yml", "-v", extra_vars={"bc_api_key": KEY,
+                                                                               "bc_sweep_python": failing_python()}),
+                            cwd=ROOT, env=env(BC_CYCLE_EVENT_LOG=str(log2)), capture_output=True, text=True, timeout=600, check=False)
+    assert rescue.returncode != 0 and "the service was started again and answers correctly" in rescue.stdout, rescue.stdout[-3000:]
+    assert KEY not in rescue.stdout + rescue.stderr and KEY not in log2.read_text()
+    assert KEY not in sh("cat /proc/$(systemctl show -p MainPID --value llama-lab)/cmdline | tr '\\0' ' '")
+    assert playbook("benchmark_cycle.yml").rc == 0  # the lab's own unit (no key) again
     reliability(fault="secrets on a failure path", injected="an API key; the SGLang double logs server_args(api_key=...); a failed check "
                 "prints the journal tail at -vvv", did="key on no command line (--config 0600 file), redacted in the journal tail; "
                 "0 occurrences in stdout -vvv, the event log (0600) and results/", service_after="stopped (the test's double)",
