@@ -58,7 +58,9 @@ ENGINES: dict[str, dict[str, Any]] = {
         # every decode_log_interval steps, every 30 s when idle, by attention-TP rank 0 only): a stale 0
         # or a stale 1 for ~30 s, so the drain never reads them
         "load_path": "/v1/loads",
-        "load_json": ["aggregate.total_running_reqs", "aggregate.total_waiting_reqs"],
+        # summed over the per-rank loads: 0.5.10 also has an "aggregate" block, 0.5.16 has not (seen on the
+        # real 0.5.16 server, docs/gpu-runs/2026-12-01-real-sglang-probe.log)
+        "load_json": ["loads[].num_running_reqs", "loads[].num_waiting_reqs"],
         # a request moving from the waiting queue into a prefill batch is in neither list for a moment:
         # a zero is read twice this far apart before the drain believes it
         "load_confirm_s": 0.5,

@@ -83,6 +83,21 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
     return out
 
 
+def json_path(data: Any, dotted: str) -> float | None:
+    """The number at `dotted` in `data` ("a.b"; "a[].b" sums b over the list a), or None."""
+    head, sep, rest = dotted.partition(".")
+    if head.endswith("[]"):
+        items = data.get(head[:-2]) if isinstance(data, dict) else None
+        if not isinstance(items, list) or not items:
+            return None
+        values = [json_path(item, rest) for item in items]
+        return None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
+    value = data.get(head) if isinstance(data, dict) else None
+    if sep:
+        return json_path(value, rest)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def in_flight(metrics_text: str, engine: str | dict[str, Any]) -> tuple[float | None, dict[str, float]]:
     """In-flight work (running + queued) and each count: from the engine's JSON load endpoint where
     its profile names one (`load_json`: dotted paths), else the sum of its Prometheus gauges.
@@ -95,11 +110,9 @@ def in_flight(metrics_text: str, engine: str | dict[str, Any]) -> tuple[float | 
             return None, {}
         each = {}
         for dotted in prof["load_json"]:
-            value: Any = data
-            for key in dotted.split("."):
-                value = value.get(key) if isinstance(value, dict) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                each[dotted] = float(value)
+            value = json_path(data, dotted)
+            if value is not None:
+                each[dotted] = value
         return (sum(each.values()) if len(each) == len(prof["load_json"]) else None), each
     parsed = parse_prometheus(metrics_text)
     each: dict[str, float] = {}

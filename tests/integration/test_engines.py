@@ -72,14 +72,15 @@ def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
 def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
     extra = ct200_settings()
     assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
-    # the server serves another name than the one the probe asks for: 404 "The model ... does not exist"
-    wrong = dict(extra, bc_engine_extra_args=["--served-model-name", "kimi-k3"], bc_readiness_timeout_s=600)
+    # the server wants another key than the one the cycle holds: 401 {"error": "Unauthorized"} (utils/auth.py)
+    wrong = dict(extra, bc_api_key="sk-the-cycles-key-1", bc_engine_extra_args=["--api-key", "sk-another-key-2"],
+                 bc_readiness_timeout_s=600)
     started = time.monotonic()
     run = playbook("benchmark_cycle.yml", extra_vars=wrong)
     assert run.rc != 0
-    assert "HTTP 404: The model `kimi-k2.6` does not exist." in run.out, run.out[-3000:]
+    assert "HTTP 401: Unauthorized" in run.out, run.out[-3000:]
     assert time.monotonic() - started < 600
     sh("systemctl stop sglang-double")
-    reliability(fault="ready server refuses the completion", injected="served model name kimi-k3, probe asks for kimi-k2.6 (404)",
+    reliability(fault="ready server refuses the completion", injected="the server wants another API key than the cycle's (401)",
                 did="the completion probe failed at once with the server's own message; rolled back; play failed",
                 service_after="stopped (the test's double)", data_kept="-", detect_s=None, run_s=run.seconds)

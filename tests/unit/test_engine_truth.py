@@ -92,10 +92,12 @@ def test_flag_tables_are_the_releases_own(version):
     assert ("--cuda-graph-max-bs-decode" in flags) == (version != "0.5.10")
 
 
-def test_a_wrong_model_name_and_a_missing_key_fail_the_completion_at_once_with_the_servers_words(double):
+def test_a_missing_key_fails_the_completion_at_once_with_the_servers_words_and_any_model_name_is_served(double):
     url = double(*CT200, "--api-key", "sk-engine-truth-1")
-    wrong = adhoc("inference_health", {"url": url, "probe": "completion", "model": "kimi-k3", "api_key": "sk-engine-truth-1"})
-    assert wrong["_status"] == "FAILED!" and "HTTP 404: The model `kimi-k3` does not exist." in wrong["msg"], wrong
+    # SGLang serves any model name (serving_completions.py validates only the prompt; the real 0.5.16 on the
+    # H200 answered "tiny-k3" with 200): only vLLM refuses one (404, tests/unit/test_health.py)
+    other = adhoc("inference_health", {"url": url, "probe": "completion", "model": "kimi-k3", "api_key": "sk-engine-truth-1"})
+    assert other["_status"] == "SUCCESS" and other["ready"], other
     nokey = adhoc("inference_health", {"url": url, "probe": "completion", "model": "kimi-k2.6"})
     assert nokey["_status"] == "FAILED!" and "HTTP 401: Unauthorized" in nokey["msg"], nokey
     # /health* and /metrics are exempt from the key (utils/auth.py:100), /v1/loads is not

@@ -2,6 +2,7 @@
 engines' sources: SGLang http_server.py, llama.cpp server-http.cpp, vLLM api_server.py)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.bc_engines import resolve
@@ -16,6 +17,7 @@ from ansible.module_utils.bc_health import (
     startup_phases,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 ACTIVE = {"Id": "sglang-k26-ddtree.service", "ActiveState": "active", "SubState": "running", "NRestarts": 0,
           "ExecMainStatus": 0, "LoadState": "loaded"}
 REFUSED = HttpResult(error="connection refused", error_kind="refused")
@@ -111,7 +113,10 @@ def test_in_flight_work_and_startup_phases_per_engine_and_version():
     assert parse_prometheus(METRICS)["sglang:num_running_reqs"][0][0]["tp_rank"] == "0"
     total, each = in_flight(VLLM_METRICS, "vllm")
     assert total == 5.0 and each == {"vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 2.0}
-    assert in_flight(LOADS, "sglang") == (5.0, {"aggregate.total_running_reqs": 3.0, "aggregate.total_waiting_reqs": 2.0})
+    assert in_flight(LOADS, "sglang") == (5.0, {"loads[].num_running_reqs": 3.0, "loads[].num_waiting_reqs": 2.0})
+    # what the real SGLang 0.5.16 answered on the H200 (no "aggregate" block): 1 running, summed over the ranks
+    real = (ROOT / "tests/unit/fixtures/sglang-0.5.16-v1-loads-busy.json").read_text()
+    assert in_flight(real, "sglang")[0] == 1.0
     # SGLang's sampled gauges are never read for the drain: a /metrics text is no load answer
     assert in_flight(METRICS, "sglang") == (None, {})
     assert in_flight("llamacpp:requests_processing 0\n", "vllm") == (None, {})

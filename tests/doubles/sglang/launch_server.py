@@ -21,12 +21,14 @@ systemd. Each behaviour names the source it follows (files of the release's whee
     a token, log "Health check failed. Server couldn't get a response from detokenizer for last N
     seconds.", mark the server UnHealthy and answer 503 (http_server.py health_generate); completions hang
   - with an API key only /health* and /metrics are exempt (utils/auth.py:100); 401 {"error": "Unauthorized"}
-  - /v1/loads (entrypoints/v1_loads.py:130): live counts of the running batch and waiting queue
+  - /v1/loads (entrypoints/v1_loads.py:130): live counts of the running batch and waiting queue, per rank;
+    0.5.10 adds an "aggregate" block, 0.5.16 does not
   - /metrics (with --enable-metrics): sglang:num_running_reqs and sglang:num_queue_reqs are SAMPLES,
     refreshed only every BC_DOUBLE_GAUGE_S seconds (30 when idle in the real scheduler), so they
     lag the truth; sglang:engine_startup_time is defined and never set (0.0)
-  - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4"); a wrong model name is
-    404 {"object": "error", "message": "The model `x` does not exist.", ...}
+  - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4"); any model name is served
+    (entrypoints/openai/serving_completions.py validates only the prompt; the real 0.5.16 answered a
+    wrong name with 200 on the H200)
   - SIGTERM (managers/tokenizer_manager.py sigterm_watchdog, 0.5.10:2131-2165): /health* answer 503;
     "Gracefully exiting... Remaining number of requests N" every 5 s until none, then exit 0; an
     UnHealthy server logs "Signal SIGTERM received while health check failed. Force exiting." and exits
@@ -153,10 +155,12 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/loads":
             with LOCK:
                 running, waiting = STATE["running"], STATE["queued"]
-            self.reply(200, {"timestamp": datetime.now().isoformat(), "version": VERSION, "dp_rank_count": 1,
-                             "loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting}],
-                             "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting,
-                                           "total_reqs": running + waiting}})
+            body: dict[str, Any] = {"timestamp": datetime.now().isoformat(), "version": VERSION,
+                                    "loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting}]}
+            if version_tuple(VERSION) < (0, 5, 15):  # 0.5.10's v1_loads.py also sums them; 0.5.16's does not
+                body.update(dp_rank_count=1, aggregate={"total_running_reqs": running, "total_waiting_reqs": waiting,
+                                                        "total_reqs": running + waiting})
+            self.reply(200, body)
         elif path == "/metrics" and self.args.enable_metrics:
             labels = '{engine_type="unified",model_name="%s",tp_rank="0"}' % (self.args.served_model_name or "default")
             text = ("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs%s %d.0\n"
@@ -175,11 +179,6 @@ class Handler(BaseHTTPRequestHandler):
         if not self.authorized(path):
             return
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        served = self.args.served_model_name or self.args.model_path
-        if req.get("model") not in (None, "", served):
-            self.reply(404, {"object": "error", "message": "The model `%s` does not exist." % req.get("model"),
-                             "type": "NotFoundError", "param": None, "code": 404})
-            return
         with LOCK:
             STATE["running"] += 1
         try:
@@ -247,6 +246,7 @@ def main() -> None:
 
     def sigterm(_sig: int, _frame: Any) -> None:
         STATE["exiting"] = True
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
 
         def watchdog() -> None:
             while True:
@@ -255,7 +255,7 @@ def main() -> None:
                     os._exit(1)
                 with LOCK:
                     remain = STATE["running"] + STATE["queued"]
-                log("Gracefully exiting... Remaining number of requests %d." % remain)
+                log("Gracefully exiting... Remaining number of requests %d. Remaining requests remaining_rids=[]." % remain)
                 if remain == 0:
                     break
                 time.sleep(5)
