@@ -127,7 +127,7 @@ import time
 from typing import Any
 
 import ansible.module_utils as _mu
-from ansible.module_utils import bc_marlin  # noqa: F401 - imported so AnsiballZ ships it to the host
+from ansible.module_utils import bc_marlin  # imported so AnsiballZ ships it to the host; its REPACK_MODULES
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_host import CommandError
 from ansible.module_utils.bc_host import run as host_run
@@ -160,7 +160,10 @@ def stage_sweep_package(tmpdir: str) -> str:
 
 BACKEND_IMPORT = {
     "torch": "import torch",
-    "sglang": "from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe",
+    # the kernel and its repack, wherever the release keeps it (bc_marlin.REPACK_MODULES)
+    "sglang": "from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe\n"
+              "import importlib.util\n"
+              "assert any(importlib.util.find_spec(m) for m in %r), 'no gptq_marlin_moe_repack module'" % (bc_marlin.REPACK_MODULES,),
 }
 
 

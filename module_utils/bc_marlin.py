@@ -104,6 +104,24 @@ def make_routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any
     return out
 
 
+# where SGLang keeps its Marlin MoE repack: layers/quantization/gptq.py up to 0.5.10, then
+# hardware_backend/gpu/quantization/gptq_kernels.py (0.5.16)
+REPACK_MODULES = ("sglang.srt.layers.quantization.gptq", "sglang.srt.hardware_backend.gpu.quantization.gptq_kernels")
+
+
+def first_attr(modules: tuple[str, ...], name: str) -> Any:
+    """`name` from the first of `modules` that has it (a function SGLang moved between releases)."""
+    import importlib  # noqa: PLC0415
+
+    errors = []
+    for mod in modules:
+        try:
+            return getattr(importlib.import_module(mod), name)
+        except (ImportError, AttributeError) as err:
+            errors.append("%s: %s" % (mod, err))
+    raise ImportError("%s is in none of %s" % (name, "; ".join(errors)))
+
+
 class SglangKernel:
     name = "sglang"
     graph_safe = True
@@ -111,8 +129,9 @@ class SglangKernel:
 
     def __init__(self, torch: Any, w: Weights) -> None:
         from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe  # noqa: PLC0415
-        from sglang.srt.layers.quantization.gptq import gptq_marlin_moe_repack  # noqa: PLC0415
         from sglang.srt.layers.quantization.marlin_utils import marlin_moe_permute_scales  # noqa: PLC0415
+
+        gptq_marlin_moe_repack = first_attr(REPACK_MODULES, "gptq_marlin_moe_repack")
 
         s = w.s
         E, K, N, g, bits = s["E"], s["K"], s["N"], s["group"], s["bits"]

@@ -1,0 +1,102 @@
+#!/bin/bash
+# The whole benchmark cycle against the REAL SGLang 0.5.16 server under systemd on the lent H200:
+# systemd 252 as PID 1 of its own namespaces (tests/gpu/sd-boot.sh), the project's roles provision the
+# unit (playbooks/gpu_provision.yml, inventory/gpu, lab/make_kimi_model.py), then
+# `ansible-playbook benchmark_cycle.yml -i inventory/gpu` with requests in flight, then faults.
+# Test-machine tooling (the carried SGLang and systemd stand in for a GPU host's own), not CI.
+#   device run, carry [".sglsrv", ".gpuwheels", ".sd"]:  OUT=$OUT SCENARIO=cycle bash tests/gpu/e2e_cycle.sh
+# SCENARIO: cycle (provision, cycle with a client, bad-flag fault) | faults (provision, server killed
+# during its reload, drain deadline). Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
+set -uo pipefail
+OUT=${OUT:-/tmp/e2e-out}; mkdir -p "$OUT"; W=/tmp/e2e; mkdir -p "$W"
+SCENARIO=${SCENARIO:-cycle}
+T0=$(date +%s.%N)
+since() { awk -v a="$(date +%s.%N)" -v b="${1:-$T0}" 'BEGIN{printf "%.1f", a-b}'; }
+log() { echo "[$(since)s] $*" | tee -a "$W/summary.txt"; }
+finish() { cp "$W/summary.txt" "$OUT/"; tar -C "$W" -czf "$OUT/e2e.tar.gz" . 2>/dev/null; }
+trap finish EXIT
+
+python3 -m pip install -q --no-index --find-links .gpuwheels --target /tmp/ansible-site ansible-core > "$W/pip.log" 2>&1 \
+  || { log "ansible-core did not install"; exit 1; }
+python3 .sglsrv/carry/unpack.py --dest /tmp/sglsrv/site > "$W/unpack.log" 2>&1
+# shellcheck source=/dev/null
+source .sglsrv/carry/env.sh 2>> "$W/unpack.log"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+# shellcheck source=/dev/null
+source tests/gpu/sd-boot.sh
+SD_DEBS=.sd sd_boot >> "$W/summary.txt" 2>&1 || { log "systemd did not boot"; exit 1; }
+log "python3 is $(command -v python3); systemd: $(sd systemctl is-system-running)"
+
+# what only the test machine needs: the carried SGLang's environment, its missing-library flags
+python3 - > "$W/gpu-vars.json" <<'PY'
+import json, os
+keep = ("PYTHONPATH", "TVM_FFI_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_HOME", "PATH", "LD_LIBRARY_PATH", "CC", "NVCC_APPEND_FLAGS")
+env = {k: os.environ[k] for k in keep if os.environ.get(k)}
+env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1", SGLANG_HEALTH_CHECK_TIMEOUT="20")
+print(json.dumps({"bc_engine_env": env, "bc_engine_python": os.path.realpath(os.popen("command -v python3").read().strip()),
+                  "bc_sweep_python": os.path.realpath(os.popen("command -v python3").read().strip()),
+                  "bc_engine_extra_args": ["--attention-backend", "triton", "--sampling-backend", "pytorch",
+                                           "--grammar-backend", "none", "--cuda-graph-backend-prefill", "disabled"]}))
+PY
+UNIT=sglang-k26-ddtree
+play() {  # $1: a name for the logs; the rest: ansible-playbook's arguments
+  local name=$1 t; shift; t=$(date +%s.%N)
+  sd env PYTHONPATH="/tmp/ansible-site:$PYTHONPATH" ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_FORCE_COLOR=0 \
+    ANSIBLE_CALLBACKS_ENABLED=benchmark_cycle_progress BC_CYCLE_EVENT_LOG="$W/events-$name.jsonl" \
+    python3 /tmp/ansible-site/bin/ansible-playbook "$@" -e @"$W/gpu-vars.json" > "$W/$name.log" 2>&1
+  local rc=$?
+  log "$name: rc=$rc in $(since "$t") s; $(grep -E '^[a-z0-9]+ +: ok=' "$W/$name.log" | tail -1 | tr -s ' ')"
+  return $rc
+}
+answer() { curl -s -m 30 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":4,"temperature":0}' \
+  http://127.0.0.1:30001/v1/completions | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null || echo "(no answer)"; }
+serving() { echo "$(sd systemctl is-active $UNIT 2>/dev/null), answers 2+2=$(answer)"; }
+journal() { sd journalctl --no-pager -o short-iso -u $UNIT > "$W/journal-$1.txt" 2>&1; }
+
+play provision playbooks/gpu_provision.yml -i inventory/gpu
+log "after provisioning: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+
+if [ "$SCENARIO" = cycle ]; then
+  # a client keeps requests in flight while the cycle drains (each ~6000 tokens, a few seconds)
+  ( for i in 1 2 3 4 5 6; do
+      curl -s -m 60 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":6000,"ignore_eos":true}' \
+        http://127.0.0.1:30001/v1/completions -o "$W/client-$i.json" -w "client $i: %{http_code} in %{time_total}s\n" >> "$W/client.txt" &
+      sleep 0.7
+    done; wait ) &
+  sleep 1
+  # downtime: sample the service every 0.5 s through the whole cycle
+  ( while [ ! -f "$W/stop-sampler" ]; do
+      code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":1,"temperature":0}' http://127.0.0.1:30001/v1/completions)
+      echo "$(date +%s.%N) $code" >> "$W/samples.txt"; sleep 0.5
+    done ) &
+  play cycle benchmark_cycle.yml -i inventory/gpu
+  touch "$W/stop-sampler"; sleep 1
+  log "after the cycle: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+  journal cycle
+  cp -r /tmp/bc-results "$W/results" 2>/dev/null
+  play badflag benchmark_cycle.yml -i inventory/gpu -e '{"bc_engine_extra_args": ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none", "--cuda-graph-backend-prefill", "disabled", "--no-such-flag"]}'
+  log "after the bad flag: $(serving)"
+  journal badflag
+fi
+
+if [ "$SCENARIO" = faults ]; then
+  # the server killed during its reload: SIGKILL to the unit's main process 15 s after the cycle starts it
+  ( for i in $(seq 1 900); do
+      st=$(sd systemctl show -p ActiveState --value $UNIT); [ "$st" = inactive ] && break; sleep 0.2
+    done
+    for i in $(seq 1 900); do
+      st=$(sd systemctl show -p ActiveState --value $UNIT); [ "$st" = active ] && break; sleep 0.2
+    done
+    sleep 15; sd systemctl kill -s KILL $UNIT; echo "$(date +%s.%N) killed during the reload" > "$W/killed.txt" ) &
+  play killed benchmark_cycle.yml -i inventory/gpu
+  log "after the kill during the reload: $(serving)"
+  journal killed
+  # the drain deadline: a long request in flight, deadline 5 s, abort
+  curl -s -m 120 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":8000,"ignore_eos":true}' \
+    http://127.0.0.1:30001/v1/completions -o /dev/null &
+  sleep 2
+  play deadline benchmark_cycle.yml -i inventory/gpu -e '{"bc_drain_deadline_s": 5, "bc_drain_on_deadline": "abort"}'
+  log "after the drain deadline: $(serving)"
+fi
+log "done"
