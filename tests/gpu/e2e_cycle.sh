@@ -33,8 +33,8 @@ import json, os
 keep = ("PYTHONPATH", "TVM_FFI_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_HOME", "PATH", "LD_LIBRARY_PATH", "CC", "NVCC_APPEND_FLAGS")
 env = {k: os.environ[k] for k in keep if os.environ.get(k)}
 env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1", SGLANG_HEALTH_CHECK_TIMEOUT="20")
-print(json.dumps({"bc_engine_env": env, "bc_engine_python": os.path.realpath(os.popen("command -v python3").read().strip()),
-                  "bc_sweep_python": os.path.realpath(os.popen("command -v python3").read().strip()),
+python = os.popen("command -v python3").read().strip()  # the venv's own path (its symlink target has no packages)
+print(json.dumps({"bc_engine_env": env, "bc_engine_python": python, "bc_sweep_python": python,
                   "bc_engine_extra_args": ["--attention-backend", "triton", "--sampling-backend", "pytorch",
                                            "--grammar-backend", "none", "--cuda-graph-backend-prefill", "disabled"]}))
 PY
