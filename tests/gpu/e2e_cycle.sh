@@ -6,9 +6,9 @@
 # Test-machine tooling (the carried SGLang and systemd stand in for a GPU host's own), not CI.
 #   device run, carry [".sglsrv", ".gpuwheels", ".sd"]:  OUT=$OUT SCENARIO=cycle bash tests/gpu/e2e_cycle.sh
 # SCENARIO: cycle (provision, cycle with a client, bad-flag fault) | faults (provision, server killed
-# during its reload, drain deadline). Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
+# during its reload, drain deadline) | all. Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
 set -uo pipefail
-OUT=${OUT:-/tmp/e2e-out}; mkdir -p "$OUT"; W=/tmp/e2e; mkdir -p "$W"
+OUT=${OUT:-/tmp/e2e-out}; mkdir -p "$OUT"; W=/tmp/e2e; rm -rf "$W"; mkdir -p "$W"  # a warm machine keeps /tmp
 SCENARIO=${SCENARIO:-cycle}
 T0=$(date +%s.%N)
 since() { awk -v a="$(date +%s.%N)" -v b="${1:-$T0}" 'BEGIN{printf "%.1f", a-b}'; }
@@ -43,7 +43,7 @@ play() {  # $1: a name for the logs; the rest: ansible-playbook's arguments
   local name=$1 t; shift; t=$(date +%s.%N)
   sd env PYTHONPATH="/tmp/ansible-site:$PYTHONPATH" ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_FORCE_COLOR=0 \
     ANSIBLE_CALLBACKS_ENABLED=benchmark_cycle_progress BC_CYCLE_EVENT_LOG="$W/events-$name.jsonl" \
-    python3 /tmp/ansible-site/bin/ansible-playbook "$@" -e @"$W/gpu-vars.json" > "$W/$name.log" 2>&1
+    python3 /tmp/ansible-site/bin/ansible-playbook -e @"$W/gpu-vars.json" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   log "$name: rc=$rc in $(since "$t") s; $(grep -E '^[a-z0-9]+ +: ok=' "$W/$name.log" | tail -1 | tr -s ' ')"
   return $rc
@@ -56,14 +56,20 @@ journal() { sd journalctl --no-pager -o short-iso -u $UNIT > "$W/journal-$1.txt"
 play provision playbooks/gpu_provision.yml -i inventory/gpu
 log "after provisioning: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
 
-if [ "$SCENARIO" = cycle ]; then
-  # a client keeps requests in flight while the cycle drains (each ~6000 tokens, a few seconds)
-  ( for i in 1 2 3 4 5 6; do
-      curl -s -m 60 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":6000,"ignore_eos":true}' \
-        http://127.0.0.1:30001/v1/completions -o "$W/client-$i.json" -w "client $i: %{http_code} in %{time_total}s\n" >> "$W/client.txt" &
-      sleep 0.7
-    done; wait ) &
-  sleep 1
+wait_serving() {  # up to $1 s for the service to answer again
+  local t; t=$(date +%s.%N)
+  while [ "$(since "$t" | cut -d. -f1)" -lt "$1" ]; do case "$(serving)" in "active, answers 2+2=4"*) return 0;; esac; sleep 2; done
+  return 1
+}
+
+if [ "$SCENARIO" = cycle ] || [ "$SCENARIO" = all ]; then
+  # a client keeps 4 long requests in flight (8000 tokens each, ~30 s) while the cycle drains
+  for i in 1 2 3 4; do
+    curl -s -m 120 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":8000,"ignore_eos":true}' \
+      http://127.0.0.1:30001/v1/completions -o "$W/client-$i.json" -w "client $i: %{http_code} in %{time_total}s\n" \
+      >> "$W/client.txt" &
+  done
+  date +%s.%N > "$W/clients-started"
   # downtime: sample the service every 0.5 s through the whole cycle
   ( while [ ! -f "$W/stop-sampler" ]; do
       code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
@@ -80,7 +86,8 @@ if [ "$SCENARIO" = cycle ]; then
   journal badflag
 fi
 
-if [ "$SCENARIO" = faults ]; then
+if [ "$SCENARIO" = faults ] || [ "$SCENARIO" = all ]; then
+  wait_serving 180 || log "not serving before the faults"
   # the server killed during its reload: SIGKILL to the unit's main process 15 s after the cycle starts it
   ( for i in $(seq 1 900); do
       st=$(sd systemctl show -p ActiveState --value $UNIT); [ "$st" = inactive ] && break; sleep 0.2
@@ -90,8 +97,9 @@ if [ "$SCENARIO" = faults ]; then
     done
     sleep 15; sd systemctl kill -s KILL $UNIT; echo "$(date +%s.%N) killed during the reload" > "$W/killed.txt" ) &
   play killed benchmark_cycle.yml -i inventory/gpu
-  log "after the kill during the reload: $(serving)"
+  log "right after the kill during the reload: $(serving)"
   journal killed
+  wait_serving 240; log "after systemd's own restart (Restart=on-failure): $(serving)"
   # the drain deadline: a long request in flight, deadline 5 s, abort
   curl -s -m 120 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":8000,"ignore_eos":true}' \
     http://127.0.0.1:30001/v1/completions -o /dev/null &
