@@ -56,6 +56,21 @@ journal() { sd journalctl --no-pager -o short-iso -u $UNIT > "$W/journal-$1.txt"
 play provision playbooks/gpu_provision.yml -i inventory/gpu
 log "after provisioning: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
 
+on_event() {  # $1: play name, $2: a task name, then a command to run once that task has started
+  local log="$W/events-$1.jsonl" task=$2; shift 2
+  for _ in $(seq 1 3000); do grep -q "\"task\": \"$task\"" "$log" 2>/dev/null && break; sleep 0.1; done
+  "$@"
+}
+long_requests() {  # $1 requests of 8000 tokens, in parallel; each line of client.txt: status and seconds
+  local i
+  for i in $(seq 1 "$1"); do
+    curl -s -m 120 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":8000,"ignore_eos":true}' \
+      http://127.0.0.1:30001/v1/completions -o /dev/null -w "request $i: %{http_code} in %{time_total}s, started $(date +%s.%N)\n" \
+      >> "$W/client.txt" &
+  done
+  wait
+}
+kill_unit() { sleep "$1"; sd systemctl kill -s KILL $UNIT >> "$W/killed.txt" 2>&1; echo "$(date +%s.%N) SIGKILL to $UNIT" >> "$W/killed.txt"; }
 wait_serving() {  # up to $1 s for the service to answer again
   local t; t=$(date +%s.%N)
   while [ "$(since "$t" | cut -d. -f1)" -lt "$1" ]; do case "$(serving)" in "active, answers 2+2=4"*) return 0;; esac; sleep 2; done
@@ -63,13 +78,9 @@ wait_serving() {  # up to $1 s for the service to answer again
 }
 
 if [ "$SCENARIO" = cycle ] || [ "$SCENARIO" = all ]; then
-  # a client keeps 4 long requests in flight (8000 tokens each, ~30 s) while the cycle drains
-  for i in 1 2 3 4; do
-    curl -s -m 120 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":8000,"ignore_eos":true}' \
-      http://127.0.0.1:30001/v1/completions -o "$W/client-$i.json" -w "client $i: %{http_code} in %{time_total}s\n" \
-      >> "$W/client.txt" &
-  done
-  date +%s.%N > "$W/clients-started"
+  # once the cycle holds the lock (its drain starts ~2 s later), a client puts 4 long requests in flight
+  # (8000 tokens each, ~15-20 s together), so the drain has real work to wait for
+  on_event cycle "cycle_lock : Take the lock" long_requests 4 &
   # downtime: sample the service every 0.5 s through the whole cycle
   ( while [ ! -f "$W/stop-sampler" ]; do
       code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
@@ -81,29 +92,20 @@ if [ "$SCENARIO" = cycle ] || [ "$SCENARIO" = all ]; then
   log "after the cycle: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
   journal cycle
   cp -r /tmp/bc-results "$W/results" 2>/dev/null
-  play badflag benchmark_cycle.yml -i inventory/gpu -e '{"bc_engine_extra_args": ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none", "--cuda-graph-backend-prefill", "disabled", "--no-such-flag"]}'
-  log "after the bad flag: $(serving)"
-  journal badflag
+  [ "${BADFLAG:-1}" = 1 ] && play badflag benchmark_cycle.yml -i inventory/gpu -e '{"bc_engine_extra_args": ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none", "--cuda-graph-backend-prefill", "disabled", "--no-such-flag"]}'
+  [ "${BADFLAG:-1}" = 1 ] && { log "after the bad flag: $(serving)"; journal badflag; }
 fi
 
 if [ "$SCENARIO" = faults ] || [ "$SCENARIO" = all ]; then
   wait_serving 180 || log "not serving before the faults"
-  # the server killed during its reload: SIGKILL to the unit's main process 15 s after the cycle starts it
-  ( for i in $(seq 1 900); do
-      st=$(sd systemctl show -p ActiveState --value $UNIT); [ "$st" = inactive ] && break; sleep 0.2
-    done
-    for i in $(seq 1 900); do
-      st=$(sd systemctl show -p ActiveState --value $UNIT); [ "$st" = active ] && break; sleep 0.2
-    done
-    sleep 15; sd systemctl kill -s KILL $UNIT; echo "$(date +%s.%N) killed during the reload" > "$W/killed.txt" ) &
+  # the server killed during its reload: SIGKILL to the unit 12 s after the cycle's start (its load takes ~30 s)
+  on_event killed "service_start : Start the unit" kill_unit 12 &
   play killed benchmark_cycle.yml -i inventory/gpu
   log "right after the kill during the reload: $(serving)"
   journal killed
   wait_serving 240; log "after systemd's own restart (Restart=on-failure): $(serving)"
-  # the drain deadline: a long request in flight, deadline 5 s, abort
-  curl -s -m 120 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"x","max_tokens":8000,"ignore_eos":true}' \
-    http://127.0.0.1:30001/v1/completions -o /dev/null &
-  sleep 2
+  # the drain deadline: long requests in flight when the drain starts, deadline 5 s, abort
+  on_event deadline "cycle_lock : Take the lock" long_requests 2 &
   play deadline benchmark_cycle.yml -i inventory/gpu -e '{"bc_drain_deadline_s": 5, "bc_drain_on_deadline": "abort"}'
   log "after the drain deadline: $(serving)"
 fi
