@@ -197,3 +197,27 @@ def test_sglang_0_5_10_engine_startup_time_is_not_a_start_up_time():
 
 def test_vllm_current_kv_cache_line_moves_the_stage():
     assert journal_stage(["GPU KV cache size: 1,234,567 tokens"], "vllm")[0] == "KV Cache is allocated (1,234,567 tokens)"
+
+
+def test_the_real_sglang_0_5_16_journal_moves_the_stage_through_each_step():
+    """Lines the real SGLang 0.5.16 server logged on the H200 (docs/gpu-runs/2026-12-01-real-sglang-probe.log)."""
+    log = (ROOT / "docs/gpu-runs/2026-12-01-real-sglang-probe.log").read_text().splitlines()
+    lines = [line for line in log if line.startswith("[2026-12-01")]
+    stages = []
+    for i in range(1, len(lines) + 1):
+        stage = journal_stage(lines[:i], "sglang")[0]
+        if stage and (not stages or stages[-1] != stage):
+            stages.append(stage)
+    assert stages[:4] == ["Load weight begin", "Load weight end (2.02 s)", "KV Cache is allocated", "Capture target decode CUDA graph"]
+    assert "Captured target decode CUDA graph (7.14 s)" in stages and stages[-1] == "Warmup done: ready to roll"
+    assert not any(journal_stage(lines[:i], "sglang")[2] for i in (len(lines),))  # no fatal line in a good start
+
+
+def test_sglang_tp1_process_titles_are_matched():
+    from ansible.module_utils.bc_engines import ENGINES
+    from ansible.module_utils.bc_unit import engine_process
+
+    spec = ENGINES["sglang"]["processes"]
+    # seen on the real 0.5.16 at TP1: no _TP0 suffix
+    assert engine_process(["sglang::scheduler"], spec) and engine_process(["sglang::detokenizer"], spec)
+    assert engine_process(["python3", "-m", "sglang.launch_server", "--model-path", "/m"], spec)
