@@ -18,6 +18,14 @@ def ct200_settings() -> dict:
     return dict(DOUBLE, bc_engine_version=site["bc_engine_version"], bc_engine_settings=settings, bc_engine_env=env)
 
 
+def serving_ct200_double(**changes: object) -> dict:
+    """The double installed and serving from the real site's settings; returns those settings (with `changes`)."""
+    extra = dict(ct200_settings(), **changes)
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc == 0, run.out[-3000:]
+    return extra
+
+
 def double_pid() -> str:
     return sh("systemctl show -p MainPID --value sglang-double").strip()
 
@@ -35,8 +43,7 @@ def test_the_real_sites_command_line_starts_under_systemd_and_serves(lab, reliab
 
 
 def test_a_hung_scheduler_fails_fast_naming_it_and_the_previous_unit_comes_back(lab, reliability):
-    extra = ct200_settings()
-    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
+    extra = serving_ct200_double()
     hung = dict(extra, bc_readiness_timeout_s=600)
     hung["bc_engine_env"] = dict(extra["bc_engine_env"], BC_DOUBLE_HANG="1", SGLANG_HEALTH_CHECK_TIMEOUT="16")
     run = playbook("benchmark_cycle.yml", extra_vars=hung)
@@ -53,10 +60,8 @@ def test_a_hung_scheduler_fails_fast_naming_it_and_the_previous_unit_comes_back(
 
 
 def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
-    extra = ct200_settings()
-    extra.update(bc_drain_deadline_s=3, bc_drain_on_deadline="abort")
-    extra["bc_engine_env"] = dict(extra["bc_engine_env"], BC_DOUBLE_GAUGE_S="3600", BC_DOUBLE_TOKEN_MS="1000")
-    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
+    env = dict(ct200_settings()["bc_engine_env"], BC_DOUBLE_GAUGE_S="3600", BC_DOUBLE_TOKEN_MS="1000")
+    extra = serving_ct200_double(bc_drain_deadline_s=3, bc_drain_on_deadline="abort", bc_engine_env=env)
     before = double_pid()
     sh("(curl -s -m 60 -d '{\"prompt\":\"x\",\"max_tokens\":40}' http://127.0.0.1:30001/v1/completions >/dev/null &); sleep 0.5")
     assert re.search(r"sglang:num_running_reqs\{[^}]*\} 0\.0", sh("curl -s http://127.0.0.1:30001/metrics"))  # the sample: 0
@@ -70,8 +75,7 @@ def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
 
 
 def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
-    extra = ct200_settings()
-    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0
+    extra = serving_ct200_double()
     # the server wants another key than the one the cycle holds: 401 {"error": "Unauthorized"} (utils/auth.py)
     wrong = dict(extra, bc_api_key="sk-the-cycles-key-1", bc_engine_extra_args=["--api-key", "sk-another-key-2"],
                  bc_readiness_timeout_s=600)
