@@ -373,12 +373,12 @@ def main() -> None:
         unit_state, jfacts = unit_facts(module, p["unit"], prof, p["journal_lines"],
                                         read_journal=answer.status != 200 or p["probe"] == "load")
 
-    if p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed"):
-        # a server that is not running has nothing in flight: known zero, not unknown
+    # a server that is not running has nothing in flight: known zero, not unknown
+    not_running = p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed")
+    if not_running:
         result = {"ready": False, "failed": False, "phase": "down", "http_status": answer.status,
                   "latency_ms": round(answer.latency_ms, 1), "reason": "unit %s is %s: nothing in flight"
                   % (p["unit"], unit_state.get("ActiveState"))}
-        answer = HttpResult(200, "", latency_ms=answer.latency_ms)
         jfacts.pop("journal_failure")
     else:
         result = classify(prof, "completion" if p["probe"] == "completion" else "status", answer,
@@ -398,9 +398,10 @@ def main() -> None:
 
     if p["probe"] == "load" and not result["failed"]:
         # unknown is not zero: no gauges, an error status or no answer leaves in_flight null, with why
-        total, each = in_flight(answer.body, prof) if answer.status == 200 else (None, {})
-        if result["phase"] == "down" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed"):
+        if not_running:
             total, each = 0.0, {}
+        else:
+            total, each = in_flight(answer.body, prof) if answer.status == 200 else (None, {})
         result.update(in_flight=total, in_flight_by_metric=each)
         if total is None:
             result["in_flight_unknown"] = (
