@@ -204,11 +204,8 @@ startup_phases:
   type: dict
 """
 
-import json
-import socket
 import time
 from typing import Any
-from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
@@ -220,42 +217,18 @@ from ansible.module_utils.bc_health import (
     in_flight,
     journal_stage,
     parse_unit_show,
+    request,
     startup_phases,
 )
 from ansible.module_utils.bc_host import CommandError, check_timeout, redact
 from ansible.module_utils.bc_host import run as host_run
-from ansible.module_utils.urls import open_url
 
 DEFAULT_PROMPT = "2+2="
 DEFAULT_EXPECT = "4"
 
 
 def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: dict[str, Any] | None = None) -> HttpResult:
-    headers = {"Accept": "application/json"}
-    if module.params["api_key"]:
-        headers["Authorization"] = "Bearer " + module.params["api_key"]
-    data = None
-    if payload is not None:
-        data = json.dumps(payload)
-        headers["Content-Type"] = "application/json"
-    start = time.monotonic()
-    try:
-        resp = open_url(url, method=method, data=data, headers=headers, timeout=timeout,
-                        validate_certs=module.params["validate_certs"], follow_redirects="none")
-        body = resp.read().decode("utf-8", "replace")
-        return HttpResult(resp.status, body, latency_ms=(time.monotonic() - start) * 1000)
-    except HTTPError as err:
-        body = err.read().decode("utf-8", "replace") if err.fp else ""
-        return HttpResult(err.code, body, latency_ms=(time.monotonic() - start) * 1000)
-    except (URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        kind = "other"
-        if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason).lower():
-            kind = "refused"
-        elif isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason).lower():
-            kind = "timeout"
-        return HttpResult(None, "", error="%s: %s" % (url, reason), error_kind=kind,
-                          latency_ms=(time.monotonic() - start) * 1000)
+    return request(method, url, timeout, payload, module.params["api_key"], module.params["validate_certs"])
 
 
 def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], lines: int,

@@ -130,6 +130,7 @@ import ansible.module_utils as _mu
 from ansible.module_utils import bc_marlin  # imported so AnsiballZ ships it to the host; its REPACK_MODULES
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_host import CommandError
+from ansible.module_utils.bc_host import gpus as host_gpus
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_sweepstats import GIB, ShapeError, estimate_peak_bytes, validate
 from ansible.module_utils.bc_unit import SWEEP_MODULE, processes, sweep_tags
@@ -174,16 +175,10 @@ def list_gpus(module: AnsibleModule) -> list[dict[str, Any]]:
     if not smi:
         return []
     try:
-        rc, out, _err = host_run([smi, "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits"],
-                                 module.params["command_timeout"])
+        return [{k: g[k] for k in ("index", "name", "free_mib", "total_mib")} for g in host_gpus(smi, module.params["command_timeout"])]
     except CommandError as err:
         module.fail_json(msg="preflight: %s" % err)
-    gpus = []
-    for line in out.splitlines() if rc == 0 else []:
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 4 and parts[0].isdigit():
-            gpus.append({"index": int(parts[0]), "name": parts[1], "free_mib": int(parts[2]), "total_mib": int(parts[3])})
-    return gpus
+    return []
 
 
 def sweeps_running() -> list[tuple[int, str]]:

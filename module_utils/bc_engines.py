@@ -77,6 +77,32 @@ ENGINES: dict[str, dict[str, Any]] = {
             [r"max_total_num_tokens=(\d+)", "Scheduler ready (max_total_num_tokens={0})"],
             [r"The server is fired up and ready to roll!", "Warmup done: ready to roll"],
         ],
+        # free the GPU in place (no restart): the KV cache released, the weights kept. Read from 0.5.10-0.5.23
+        # (entrypoints/http_server.py 0.5.16:1419-1440 and 1622-1646; managers/io_struct.py:1490-1518, 1734-1751;
+        # managers/scheduler_components/weight_updater.py:186-260) and checked on the real 0.5.16 server
+        # (docs/gpu-runs/2026-12-01-release-probe.log):
+        #  - only with --enable-memory-saver: without it the release answers 200 and frees nothing (a cache
+        #    flush: 45380 -> 44930 MiB), so what it freed is always measured; /server_info says whether the
+        #    server runs with it (`enable_memory_saver`) and how big its KV cache is (memory_usage.kvcache,
+        #    GiB per rank: 41.64 there, 43220 MiB freed)
+        #  - the release asserts the scheduler is fully idle (a release while busy kills the server): first
+        #    pause {"mode": "abort"}, which aborts what is still running (finish_reason "abort") and HOLDS new
+        #    requests in the front end until continue (one sent while paused answered 200 after 24.9 s)
+        #  - a resume of a tag that is not released raises KeyError in the scheduler and the whole server
+        #    exits (SIGQUIT; seen there): resume exactly once, only after a release that answered 200
+        #  - /health and /health_generate run a generation: while paused they wait 20 s and answer 503
+        #  - 200 with an empty body on success, 400 {"error": {"message": ...}} on a front-end error
+        "release": {
+            "setting": "enable_memory_saver",
+            "info_path": "/server_info",
+            "info_saver": "enable_memory_saver",
+            "info_releasable_gib": "internal_states[].memory_usage.kvcache",
+            "steps": {"pause": ["/pause_generation", {"mode": "abort"}],
+                      "release": ["/release_memory_occupation", {"tags": ["kv_cache"]}],
+                      "resume": ["/resume_memory_occupation", {"tags": ["kv_cache"]}],
+                      "continue": ["/continue_generation", {}]},
+            "tested": "the real 0.5.16 server on an H200 (tests/gpu/probe_release.sh, tests/gpu/e2e_cycle.sh)",
+        },
         "failure": [
             r"scheduler died during initialization",
             r"Initialization failed\. warmup error",
@@ -115,6 +141,8 @@ ENGINES: dict[str, dict[str, Any]] = {
             [r"model loaded", "Model loaded"],
             [r"listening on (\S+)", "Listening on {0}"],
         ],
+        # llama-server has no way to free its memory and keep its model: the cycle stops it
+        "release": None,
         "failure": [
             r"failed to load model",
             r"exiting due to model loading error",
@@ -152,6 +180,17 @@ ENGINES: dict[str, dict[str, Any]] = {
             [r"Graph capturing finished in (\d+) secs", "Captured CUDA graph ({0} s)"],
             [r"Application startup complete", "Ready"],
         ],
+        # sleep mode (--enable-sleep-mode; the routes exist only with VLLM_SERVER_DEV_MODE=1): POST /sleep?level=1
+        # offloads the weights to host RAM and drops the KV cache, POST /wake_up brings both back, GET /is_sleeping.
+        # From vLLM's docs/features/sleep_mode.md only: not run here, so the cycle never picks it by
+        # itself (how much a sleep frees is not known before it); bc_stop_policy=release may ask for it
+        "release": {
+            "setting": "enable_sleep_mode", "env": {"VLLM_SERVER_DEV_MODE": "1"},
+            "info_path": "/is_sleeping", "info_saver": None, "info_releasable_gib": None,
+            "steps": {"pause": None, "release": ["/sleep?level=1", None],
+                      "resume": ["/wake_up", None], "continue": None},
+            "tested": "no: read from the vLLM sources, never run against a vLLM server here",
+        },
         "failure": [r"EngineCore failed to start", r"RuntimeError: Engine core initialization failed"],
     },
 }

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import time
 from typing import Any
+from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.urls import open_url
 
 UNIT_PROPERTIES = (
     "ActiveState", "SubState", "NRestarts", "ExecMainStatus", "ExecMainPID",
@@ -31,6 +35,37 @@ class HttpResult:
         self.error = error
         self.error_kind = error_kind  # "refused", "timeout", "other" or ""
         self.latency_ms = latency_ms
+
+
+def request(method: str, url: str, timeout: float, payload: dict[str, Any] | None = None, api_key: str | None = None,
+            validate_certs: bool = True) -> HttpResult:
+    """One HTTP exchange with an inference server: its status and body, or what kind of error
+    (refused, timeout, other). Never raises for a network error; never follows a redirect."""
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    data = None
+    if payload is not None:
+        data = json.dumps(payload)
+        headers["Content-Type"] = "application/json"
+    start = time.monotonic()
+    try:
+        resp = open_url(url, method=method, data=data, headers=headers, timeout=timeout,
+                        validate_certs=validate_certs, follow_redirects="none")
+        body = resp.read().decode("utf-8", "replace")
+        return HttpResult(resp.status, body, latency_ms=(time.monotonic() - start) * 1000)
+    except HTTPError as err:
+        body = err.read().decode("utf-8", "replace") if err.fp else ""
+        return HttpResult(err.code, body, latency_ms=(time.monotonic() - start) * 1000)
+    except (URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        kind = "other"
+        if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason).lower():
+            kind = "refused"
+        elif isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason).lower():
+            kind = "timeout"
+        return HttpResult(None, "", error="%s: %s" % (url, reason), error_kind=kind,
+                          latency_ms=(time.monotonic() - start) * 1000)
 
 
 def parse_unit_show(text: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import math
 import re
 import subprocess
 from collections.abc import Iterable
+from typing import Any
 
 REDACTED = "<redacted>"
 # `api_key='x'` (SGLang's ServerArgs repr), `--api-key x`, `API_KEY=x`, `Authorization: Bearer x`,
@@ -64,3 +65,19 @@ def run(argv: list[str], timeout: float, stdin: str | None = None) -> tuple[int,
     except OSError as err:
         raise CommandError("cannot run %s: %s" % (argv[0], err)) from None
     return proc.returncode, proc.stdout, proc.stderr
+
+
+GPU_QUERY = ("index", "name", "memory.free", "memory.total", "memory.used")
+
+
+def gpus(nvidia_smi: str, timeout: float) -> list[dict[str, Any]]:
+    """Each GPU's index, name and free/total/used MiB from one `nvidia-smi --query-gpu` call ([] when
+    it fails: a host without a driver); a hung nvidia-smi is a CommandError at `timeout`."""
+    rc, out, _err = run([nvidia_smi, "--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits"], timeout)
+    found = []
+    for line in out.splitlines() if rc == 0 else []:
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == len(GPU_QUERY) and parts[0].isdigit() and all(p.isdigit() for p in parts[2:]):
+            found.append({"index": int(parts[0]), "name": parts[1], "free_mib": int(parts[2]),
+                          "total_mib": int(parts[3]), "used_mib": int(parts[4])})
+    return found

@@ -32,9 +32,21 @@ systemd. Each behaviour names the source it follows (files of the release's whee
   - SIGTERM (managers/tokenizer_manager.py sigterm_watchdog, 0.5.10:2131-2165): /health* answer 503;
     "Gracefully exiting... Remaining number of requests N" every 5 s until none, then exit 0; an
     UnHealthy server logs "Signal SIGTERM received while health check failed. Force exiting." and exits
+  - memory release (entrypoints/http_server.py 0.5.16:1419-1440, 1622-1646; managers/tokenizer_manager.py
+    1730-1749; scheduler_components/weight_updater.py:186-260), as seen on the real 0.5.16 on the H200
+    (docs/gpu-runs/2026-12-01-release-probe.log): POST /pause_generation {"mode": "abort"} aborts what runs
+    (finish_reason "abort") and HOLDS new requests until POST /continue_generation; POST
+    /release_memory_occupation {"tags": [...]} (none = all) KILLS the server when the scheduler is not idle
+    (the assertion) and frees memory only with --enable-memory-saver (else 200 and nothing freed); POST
+    /resume_memory_occupation of a tag that is not released KILLS it (KeyError in the scheduler); 200 with
+    an empty body; released weights answer garbage; /health* while paused wait the health timeout and 503;
+    GET /server_info: enable_memory_saver and internal_states[].memory_usage (GiB)
+  - GPU memory (BC_DOUBLE_GPU="total_mib,weights_mib,kv_mib"): written to BC_DOUBLE_GPU_STATE
+    (/run/bc-double/<port>.json) with this process's pid, for the nvidia-smi double (tests/doubles/nvidia_smi.py)
 Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
 BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER,
-BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S.
+BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_GPU, BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a
+release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory).
 """
 
 from __future__ import annotations
@@ -53,13 +65,44 @@ from typing import Any
 
 VERSION = os.environ.get("BC_DOUBLE_SGLANG_VERSION", "0.5.10")
 STATE: dict[str, Any] = {"status": "Starting", "running": 0, "queued": 0, "exiting": False,
-                         "gauge_running": 0, "gauge_queued": 0}
+                         "gauge_running": 0, "gauge_queued": 0, "paused": False, "aborts": 0, "released": set()}
 LOCK = threading.Lock()
+UNPAUSED = threading.Condition(LOCK)
+ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # GPU_MEMORY_ALL_TYPES
 HEALTH_CHECK_TIMEOUT = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
 
 
 def log(msg: str) -> None:
     print("[%s TP0] %s" % (datetime.now().strftime("%Y-%m-%d %H:%M:%S"), msg), flush=True)
+
+
+def gpu() -> tuple[int, int, int]:
+    total, weights, kv = (int(x) for x in os.environ.get("BC_DOUBLE_GPU", "81559,60000,18000").split(","))
+    return total, weights, kv
+
+
+def write_gpu_state(saver: bool) -> None:
+    """What the nvidia-smi double reports for this server: used = context + weights + KV cache (less
+    what is released: only with the saver, and BC_DOUBLE_RELEASE_FREES of the KV cache)."""
+    if not os.environ.get("BC_DOUBLE_GPU"):
+        return
+    total, weights, kv = gpu()
+    frees = float(os.environ.get("BC_DOUBLE_RELEASE_FREES", "1")) if saver else 0.0
+    used = 500 + weights * (1 - frees * ("weights" in STATE["released"])) + kv * (1 - frees * ("kv_cache" in STATE["released"]))
+    path = Path(os.environ.get("BC_DOUBLE_GPU_STATE", "/run/bc-double/%s.json" % (Handler.args.port or 30000)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "total_mib": total, "used_mib": int(used), "name": "NVIDIA H200 (double)"}))
+    tmp.replace(path)
+
+
+def crash(lines: list[str]) -> None:
+    """A scheduler exception: its traceback, the SIGQUIT to the main process, and the whole server gone."""
+    log("Scheduler hit an exception: Traceback (most recent call last):")
+    for line in lines:
+        print(line, flush=True)
+    log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    os._exit(1)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -132,11 +175,13 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(503)
         elif STATE["status"] == "Starting":
             self.reply(503)
-        elif os.environ.get("BC_DOUBLE_HANG") == "1" or STATE["status"] == "UnHealthy":
+        elif os.environ.get("BC_DOUBLE_HANG") == "1" or STATE["status"] == "UnHealthy" or STATE["paused"]:
             time.sleep(HEALTH_CHECK_TIMEOUT)  # no token comes back from the hung scheduler
             log("Health check failed. Server couldn't get a response from detokenizer for last %d seconds." % HEALTH_CHECK_TIMEOUT)
             STATE["status"] = "UnHealthy"
             self.reply(503)
+            if STATE["paused"]:  # paused, not hung: the next health check after continue succeeds (Up again)
+                STATE["status"] = "Up"
         else:
             self.reply(200)
 
@@ -150,6 +195,12 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200 if STATE["status"] == "Up" and not STATE["exiting"] else 503)
         elif path == "/v1/models":
             self.reply(200, {"object": "list", "data": [{"id": self.args.served_model_name or self.args.model_path}]})
+        elif path == "/server_info":
+            _total, weights, kv = gpu()
+            self.reply(200, {"model_path": self.args.model_path, "version": VERSION,
+                             "enable_memory_saver": bool(self.args.enable_memory_saver),
+                             "internal_states": [{"memory_usage": {"weight": round(weights / 1024, 2), "kvcache": round(kv / 1024, 2),
+                                                                   "token_capacity": 812345, "graph": 1.2}}]})
         elif path == "/model_info":
             self.reply(200, {"model_path": self.args.model_path, "is_generation": True})
         elif path == "/v1/loads":
@@ -171,26 +222,78 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.reply(404, {"detail": "Not Found"})
 
+    def body(self) -> dict[str, Any]:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
-        if path != "/v1/completions":
+        control = {"/pause_generation": self.pause, "/continue_generation": self.continue_generation,
+                   "/release_memory_occupation": self.release, "/resume_memory_occupation": self.resume}
+        if path != "/v1/completions" and path not in control:
             self.reply(404, {"detail": "Not Found"})
             return
         if not self.authorized(path):
             return
-        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        with LOCK:
+        if path in control:
+            control[path](self.body())
+            return
+        req = self.body()
+        with UNPAUSED:  # tokenizer_manager.py:654: a request waits in the front end while paused
+            UNPAUSED.wait_for(lambda: not STATE["paused"])
             STATE["running"] += 1
+            aborts = STATE["aborts"]
         try:
             if os.environ.get("BC_DOUBLE_HANG") == "1":
                 time.sleep(3600)
-            time.sleep(float(os.environ.get("BC_DOUBLE_TOKEN_MS", "0")) / 1000 * int(req.get("max_tokens", 16)))
-            text = os.environ.get("BC_DOUBLE_ANSWER", "4")
+            tokens, reason = int(req.get("max_tokens", 16)), "stop"
+            deadline = time.monotonic() + float(os.environ.get("BC_DOUBLE_TOKEN_MS", "0")) / 1000 * tokens
+            while time.monotonic() < deadline:
+                if STATE["aborts"] != aborts:
+                    reason = "abort"  # pause {"mode": "abort"} ends what runs, with what it has
+                    break
+                time.sleep(0.01)
+            text = os.environ.get("BC_DOUBLE_ANSWER", "4") if "weights" not in STATE["released"] else "\x00garbage"
             self.reply(200, {"id": "cmpl-double", "object": "text_completion", "model": req.get("model"),
-                             "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
+                             "choices": [{"index": 0, "text": text, "finish_reason": reason}]})
         finally:
             with LOCK:
                 STATE["running"] -= 1
+
+    def pause(self, req: dict[str, Any]) -> None:
+        with LOCK:
+            STATE["paused"] = True
+            if req.get("mode", "abort") == "abort":
+                STATE["aborts"] += 1
+        if req.get("mode", "abort") == "abort":  # tokenizer_manager.py:1730: until nothing is left running
+            while STATE["running"]:
+                time.sleep(0.05)
+        self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
+
+    def continue_generation(self, _req: dict[str, Any]) -> None:
+        with UNPAUSED:
+            STATE["paused"] = False
+            UNPAUSED.notify_all()
+        self.reply(200, {"message": "Generation continued successfully.", "status": "ok"})
+
+    def release(self, req: dict[str, Any]) -> None:
+        if STATE["running"] or STATE["queued"]:
+            crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 187, in release_memory_occupation',
+                   "AssertionError: release_memory_occupation should be called only when server is idle."])
+        STATE["released"].update(req.get("tags") or ALL_TAGS)
+        write_gpu_state(bool(self.args.enable_memory_saver))
+        self.reply(200, b"null")  # FastAPI's None
+
+    def resume(self, req: dict[str, Any]) -> None:
+        if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "oom":
+            crash(['  File "torch_memory_saver/entrypoint.py", line 97, in resume',
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00 GiB."])
+        for tag in req.get("tags") or ALL_TAGS:
+            if tag not in STATE["released"]:
+                crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 238, in resume_memory_occupation',
+                       "    self.offload_tags.remove(tag)", "KeyError: %r" % tag])
+            STATE["released"].discard(tag)
+        write_gpu_state(bool(self.args.enable_memory_saver))
+        self.reply(200, b"null")  # FastAPI's None
 
 
 def sample_gauges() -> None:
@@ -224,6 +327,7 @@ def main() -> None:
     time.sleep(load / 2)
     log("Load weight end. elapsed=%.2f s, type=DeepseekV3ForCausalLM, avail mem=71.20 GB, mem usage=67.90 GB." % (load / 2))
     log("KV Cache is allocated. #tokens: 812345, KV size: 20.01 GB")
+    write_gpu_state(bool(args.enable_memory_saver))
     if os.environ.get("BC_DOUBLE_FAIL") == "scheduler":
         log("Scheduler hit an exception: RuntimeError: CUDA out of memory")
         print("Received sigquit from a child process. It usually means the child failed.", flush=True)

@@ -1,0 +1,266 @@
+#!/usr/bin/python
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Free an inference server's GPU memory in place, and give it back, without a restart."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: inference_memory
+short_description: Release an inference server's KV cache in place for a benchmark, and resume it
+description:
+  - O(state=info) asks the live server whether it can release its memory (SGLang started with
+    C(--enable-memory-saver), read from C(/server_info)) and how much that frees per GPU (its KV cache). Read-only.
+  - O(state=released) pauses generation (new requests are held by the server, what still runs is
+    aborted), proves the scheduler idle, releases the KV cache, then measures with C(nvidia-smi) that
+    O(need_mib) MiB are free on O(device). When they are not, it resumes and continues at once and
+    returns RV(fell_back), and the caller then stops the service instead. A failure before the release
+    answered leaves the server serving; RV(server_state) always says what the server is left as.
+  - O(state=resumed) resumes what was released and lets generation continue. Call it only after a
+    release that succeeded, and once, since a second resume kills an SGLang server (a KeyError in its scheduler).
+  - The engine's endpoints and payloads are data (module_utils/bc_engines.py, C(release)).
+version_added: "1.0.0"
+author: benchmark-cycle contributors
+attributes:
+  check_mode:
+    support: full
+    description: O(state=info) runs; the other states report what they would do and call nothing.
+  diff_mode:
+    support: none
+options:
+  url: {description: Base URL of the server., type: str, required: true}
+  engine: {description: Engine profile., type: str, default: sglang, choices: [sglang, llamacpp, vllm]}
+  engine_version: {description: Engine version (the profile is chosen by it)., type: str}
+  state: {description: What to do., type: str, default: info, choices: [info, released, resumed]}
+  api_key: {description: Bearer key of the server., type: str}
+  validate_certs: {description: Verify TLS certificates., type: bool, default: true}
+  timeout: {description: Seconds each HTTP request may take., type: float, default: 30}
+  need_mib:
+    description: With O(state=released), the MiB that must be free on O(device) after the release (the sweep's need).
+    type: int
+    default: 0
+  device: {description: The GPU the sweep runs on., type: int, default: 0}
+  gpu_wait_s: {description: Seconds to wait for the freed memory to show in nvidia-smi., type: float, default: 10}
+  idle_wait_s: {description: Seconds to wait for the scheduler to be idle after the pause., type: float, default: 10}
+  command_timeout: {description: Seconds each nvidia-smi call may take., type: float, default: 30}
+seealso:
+  - module: inference_health
+  - module: inference_unit
+notes:
+  - Without the memory saver an SGLang release answers 200 and frees nothing; the memory is always measured.
+  - While paused, SGLang's C(/health) and C(/health_generate) wait 20 s and answer 503; probe only after O(state=resumed).
+"""
+
+EXAMPLES = r"""
+- name: Can this server release its KV cache, and how much would that free?
+  inference_memory:
+    url: http://127.0.0.1:30001
+    engine: sglang
+    state: info
+  register: release_info
+
+- name: Release it for the sweep (or fall back, resumed, when too little is freed)
+  inference_memory:
+    url: http://127.0.0.1:30001
+    state: released
+    need_mib: 9900
+    device: 0
+  register: released
+
+- name: Give it back
+  inference_memory:
+    url: http://127.0.0.1:30001
+    state: resumed
+  when: released.released
+"""
+
+RETURN = r"""
+supported:
+  description: The server can release its memory.
+  returned: state=info
+  type: bool
+  sample: true
+saver_on:
+  description: The server runs with the memory saver (None when the engine does not say).
+  returned: state=info
+  type: bool
+  sample: true
+releasable_gib:
+  description: What a release frees per GPU by the server's own account (None when it does not say).
+  returned: state=info
+  type: float
+  sample: 41.64
+setting:
+  description: The engine setting that turns the saver on.
+  returned: state=info
+  type: str
+  sample: enable_memory_saver
+why:
+  description: Why the server cannot release (state=info; empty when it can), or why a release fell back.
+  returned: state=info, or state=released when it fell back
+  type: str
+  sample: ""
+released:
+  description: The memory is released now, and the server paused; the caller must resume it.
+  returned: state=released
+  type: bool
+  sample: true
+fell_back:
+  description: Too little was freed, so it was resumed at once; the caller stops the service instead.
+  returned: state=released
+  type: bool
+  sample: false
+server_state:
+  description: What the server is left as, also on failure; serving, released (paused and released) or unknown (restart it).
+  returned: except state=info
+  type: str
+  sample: released
+need_mib:
+  description: MiB needed free on the device.
+  returned: state=released
+  type: int
+  sample: 9900
+free_mib_before:
+  description: Free MiB on the device before the release (None without nvidia-smi).
+  returned: state=released
+  type: int
+  sample: 98000
+free_mib_after:
+  description: Free MiB on the device after it (None without nvidia-smi).
+  returned: state=released
+  type: int
+  sample: 141220
+freed_mib:
+  description: What the release freed on the device, measured.
+  returned: state=released
+  type: int
+  sample: 43220
+gpu_checked:
+  description: nvidia-smi measured the memory.
+  returned: state=released
+  type: bool
+  sample: true
+steps:
+  description: Each HTTP step with its status and milliseconds.
+  returned: except state=info
+  type: list
+  elements: dict
+  sample: [{step: pause, path: /pause_generation, http_status: 200, ms: 4.1, error: ""}]
+"""
+
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_engines import resolve
+from ansible.module_utils.bc_health import HttpResult, request
+from ansible.module_utils.bc_host import CommandError, check_timeout, redact
+from ansible.module_utils.bc_host import gpus as host_gpus
+from ansible.module_utils.bc_release import Release, ReleaseError, support
+
+
+def free_mib(module: AnsibleModule, smi: str | None) -> int | None:
+    """Free MiB on the module's device, None without nvidia-smi; a hung nvidia-smi or a device that is
+    not listed is a CommandError."""
+    if not smi:
+        return None
+    found = {g["index"]: g for g in host_gpus(smi, module.params["command_timeout"])}
+    if module.params["device"] not in found:
+        raise CommandError("device %d is not present: nvidia-smi lists GPU(s) %s" % (
+            module.params["device"], ", ".join(map(str, sorted(found))) or "none"))
+    return found[module.params["device"]]["free_mib"]
+
+
+def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, Any]:
+    """Release, measure, and resume at once when too little was freed (or the GPU cannot be read)."""
+    p = module.params
+    try:
+        before = free_mib(module, smi)
+    except CommandError as err:
+        raise ReleaseError("before the release: %s; nothing was released" % err, "serving") from None
+    rel.release(p["idle_wait_s"])
+    try:
+        after, deadline = free_mib(module, smi), time.monotonic() + p["gpu_wait_s"]
+        while after is not None and after < p["need_mib"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+            after = free_mib(module, smi)
+    except CommandError as err:
+        rel.resume()  # the freed memory cannot be proven: serve again (a failed resume raises, state unknown)
+        raise ReleaseError("after the release: %s; resumed, generation continues" % err, "serving") from None
+    enough = after is None or after >= p["need_mib"]
+    out = {"released": enough, "fell_back": not enough, "server_state": "released" if enough else "serving",
+           "need_mib": p["need_mib"], "free_mib_before": before, "free_mib_after": after, "gpu_checked": smi is not None,
+           "freed_mib": None if after is None or before is None else after - before}
+    if not enough:
+        rel.resume()  # too little freed: back to serving now, and the caller stops it instead
+        out["why"] = ("the release freed %s MiB on GPU %d and %d MiB are needed (%d free): resumed; the service is "
+                      "stopped instead" % (out["freed_mib"], p["device"], p["need_mib"], after or 0))
+        module.warn(out["why"])
+    return out
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
+            "engine_version": {"type": "str"},
+            "state": {"type": "str", "default": "info", "choices": ["info", "released", "resumed"]},
+            "api_key": {"type": "str", "no_log": True},
+            "validate_certs": {"type": "bool", "default": True},
+            "timeout": {"type": "float", "default": 30},
+            "need_mib": {"type": "int", "default": 0},
+            "device": {"type": "int", "default": 0},
+            "gpu_wait_s": {"type": "float", "default": 10},
+            "idle_wait_s": {"type": "float", "default": 10},
+            "command_timeout": {"type": "float", "default": 30},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        for key in ("timeout", "command_timeout"):
+            check_timeout(p[key], key, 3600)
+        for key in ("gpu_wait_s", "idle_wait_s"):
+            if p[key] < 0 or p[key] > 3600:
+                raise ValueError("%s must be 0-3600 seconds, got %r" % (key, p[key]))
+        if p["need_mib"] < 0 or p["device"] < 0:
+            raise ValueError("need_mib and device must be >= 0, got %d and %d" % (p["need_mib"], p["device"]))
+        prof, note = resolve(p["engine"], p["engine_version"])
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    if note:
+        module.warn(note)
+    base = p["url"].rstrip("/")
+
+    def http(method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> HttpResult:
+        return request(method, base + path, timeout, payload, p["api_key"], p["validate_certs"])
+
+    if p["state"] == "info":
+        rel_spec = prof.get("release")
+        answer = http("GET", rel_spec["info_path"], None, p["timeout"]) if rel_spec else None
+        result = support(prof, p["engine"], answer)
+        result["why"] = redact(result["why"], [p["api_key"] or ""])
+        module.exit_json(changed=False, **result)
+    if module.check_mode:
+        module.exit_json(changed=True, server_state="serving" if p["state"] == "released" else "released", steps=[],
+                         msg="check mode: would %s %s" % ("release" if p["state"] == "released" else "resume", base))
+    try:
+        rel = Release(prof, p["engine"], http, p["timeout"])
+    except ReleaseError as err:
+        module.fail_json(msg="%s: %s" % (base, err), server_state=err.state, steps=[])
+    try:
+        if p["state"] == "released":
+            result = released(module, rel, module.get_bin_path("nvidia-smi"))
+        else:
+            rel.resume()
+            result = {"server_state": "serving"}
+    except ReleaseError as err:
+        module.fail_json(msg="%s: %s" % (base, redact(str(err), [p["api_key"] or ""])), server_state=err.state,
+                         steps=rel.steps)
+    module.exit_json(changed=True, steps=rel.steps, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Free the GPU without a restart: which strategy a cycle takes, and the release's steps.
+
+Three strategies, least disruptive first: `beside` (the sweep fits in the memory free now: the
+service keeps serving), `release` (it fits once the engine has released its KV cache in place:
+minutes of reload become the sweep's own seconds) and `stop` (drain, stop, start, reload). The
+decision (`choose`) is a pure function of measured numbers: the sweep's estimate, the device's
+free memory, and what the live server says it can release (`support`, from its own info endpoint).
+
+The steps are the engine profile's `release` data (bc_engines): pause, release, resume, continue.
+They are not symmetric: a resume of what is not released kills an SGLang server (the scheduler's
+KeyError, seen on the real 0.5.16), so `Release` resumes only after a release that answered 200,
+and exactly once; and it never leaves a server paused when a step fails before the release.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ansible.module_utils.bc_health import HttpResult, in_flight, server_message
+
+POLICIES = ("auto", "always", "never", "release")
+STRATEGIES = ("beside", "release", "stop")
+STEP_NAMES = ("pause", "release", "resume", "continue")
+
+
+class ReleaseError(Exception):
+    """A step failed; `state` says what the server is left as: `serving` (nothing released, not
+    paused), `released` (released and paused: resume it), or `unknown` (restart it)."""
+
+    def __init__(self, msg: str, state: str) -> None:
+        super().__init__(msg)
+        self.state = state
+
+
+def json_values(data: Any, dotted: str) -> list[float]:
+    """Every number at `dotted` ("a[].b.c": b.c of each item of the list a)."""
+    head, sep, rest = dotted.partition(".")
+    if head.endswith("[]"):
+        items = data.get(head[:-2]) if isinstance(data, dict) else None
+        return [v for item in items for v in json_values(item, rest)] if isinstance(items, list) else []
+    value = data.get(head) if isinstance(data, dict) else None
+    if sep:
+        return json_values(value, rest)
+    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def support(prof: dict[str, Any], engine: str, answer: HttpResult | None) -> dict[str, Any]:
+    """What the live server says about releasing its memory: `supported`, `saver_on`,
+    `releasable_gib` (per GPU: the smallest rank's, None when the engine does not say) and `why`
+    when it cannot. `answer` is its info endpoint's reply (None: not asked)."""
+    rel = prof.get("release")
+    out: dict[str, Any] = {"supported": False, "saver_on": None, "releasable_gib": None, "why": "",
+                           "setting": (rel or {}).get("setting")}
+    if not rel:
+        out["why"] = "%s cannot free its GPU memory in place (no release in its profile)" % engine
+        return out
+    if answer is None or answer.status != 200:
+        got = "no answer" if answer is None else ("HTTP %s" % answer.status if answer.status else answer.error)
+        out["why"] = "%s answered %s at %s: whether it can release its memory is unknown" % (engine, got, rel["info_path"])
+        return out
+    try:
+        data = json.loads(answer.body or "null")
+    except ValueError:
+        data = None
+    if rel.get("info_saver"):
+        out["saver_on"] = isinstance(data, dict) and data.get(rel["info_saver"]) is True
+        if not out["saver_on"]:
+            out["why"] = ("%s runs without %s, so a release frees nothing: set bc_engine_settings.%s: true "
+                          "(it applies at the unit's next restart)" % (engine, rel["info_saver"], rel["setting"]))
+            return out
+    found = json_values(data, rel["info_releasable_gib"]) if rel.get("info_releasable_gib") else []
+    out["releasable_gib"] = round(min(found), 2) if found else None
+    out["supported"] = True
+    return out
+
+
+def need_mib(need_gib: float, margin: float) -> int:
+    """The sweep's estimate with the preflight's margin, in MiB (what must be free)."""
+    return round(need_gib * 1024 * (1 + margin))
+
+
+def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None) -> dict[str, Any]:
+    """The cycle's strategy and why. `sizing`: fits, has_gpu, need_mib, free_mib (the device's,
+    now); `sup`: `support()` (None when the server was not asked). A `release` asked for that
+    the server cannot do is a ValueError naming the fix."""
+    if policy not in POLICIES:
+        raise ValueError("bc_stop_policy=%s: use one of %s" % (policy, "|".join(POLICIES)))
+    sup = sup or {"supported": False, "releasable_gib": None, "why": "the server was not asked"}
+    need, free = int(sizing.get("need_mib") or 0), int(sizing.get("free_mib") or 0)
+    releasable = None if sup.get("releasable_gib") is None else int(sup["releasable_gib"] * 1024)
+    if policy == "always":
+        return {"strategy": "stop", "why": "bc_stop_policy=always"}
+    if policy == "never":
+        return {"strategy": "beside", "why": "bc_stop_policy=never"}
+    if policy == "release":
+        if not sup.get("supported"):
+            raise ValueError("bc_stop_policy=release, but %s. Use bc_stop_policy=auto to fall back to a stop"
+                             % sup.get("why"))
+        return {"strategy": "release", "why": "bc_stop_policy=release"}
+    if sizing.get("fits"):
+        return {"strategy": "beside", "why": "the sweep fits beside the live service (%d MiB needed, %d MiB free)"
+                % (need, free)}
+    if not sizing.get("has_gpu"):
+        return {"strategy": "stop", "why": "no GPU: a release frees GPU memory, and the sweep needs host memory"}
+    if not sup.get("supported"):
+        return {"strategy": "stop", "why": "the sweep does not fit beside the service (%d MiB needed, %d MiB free) "
+                "and it cannot release its memory: %s" % (need, free, sup.get("why"))}
+    if releasable is None:
+        return {"strategy": "stop", "why": "the server does not say how much a release frees, so it is not "
+                "relied on (bc_stop_policy=release asks for it anyway)"}
+    if need <= free + releasable:
+        return {"strategy": "release", "why": "the sweep fits once the KV cache is released (%d MiB needed, %d MiB "
+                "free + %d MiB releasable)" % (need, free, releasable)}
+    return {"strategy": "stop", "why": "the sweep does not fit even after a release (%d MiB needed, %d MiB free + "
+            "%d MiB releasable)" % (need, free, releasable)}
+
+
+Http = Callable[[str, str, "dict[str, Any] | None", float], HttpResult]
+
+
+class Release:
+    """The release's steps against one server, through `http(method, path, payload, timeout)`.
+    Each step is recorded (name, HTTP status, milliseconds) in `steps`."""
+
+    def __init__(self, prof: dict[str, Any], engine: str, http: Http, timeout: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        rel = prof.get("release")
+        if not rel:
+            raise ReleaseError("%s cannot free its GPU memory in place (no release in its profile)" % engine, "serving")
+        self.prof, self.rel, self.engine, self.http, self.timeout, self.clock = prof, rel, engine, http, timeout, clock
+        self.steps: list[dict[str, Any]] = []
+
+    def step(self, name: str) -> bool:
+        """Run one step; True if it answered 200 (a step the engine does not have is skipped: True)."""
+        spec = self.rel["steps"].get(name)
+        if not spec:
+            return True
+        path, payload = spec
+        started = self.clock()
+        answer = self.http("POST", path, payload, self.timeout)
+        self.steps.append({"step": name, "path": path, "http_status": answer.status,
+                           "ms": round((self.clock() - started) * 1000, 1),
+                           "error": "" if answer.status == 200 else
+                           (server_message(answer.body) or answer.error or "HTTP %s" % answer.status)})
+        return answer.status == 200
+
+    def last_error(self) -> str:
+        last = self.steps[-1] if self.steps else {}
+        return "%s %s answered %s" % (self.engine, last.get("path"), last.get("error") or last.get("http_status"))
+
+    def in_flight(self) -> float | None:
+        """Running + waiting requests from the engine's load endpoint (None: unknown)."""
+        answer = self.http("GET", self.prof["load_path"], None, self.timeout)
+        return in_flight(answer.body, self.prof)[0] if answer.status == 200 else None
+
+    def release(self, idle_wait_s: float = 10.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Pause (new requests held, what still runs aborted), prove the scheduler idle, release.
+        Any failure before the release answered leaves the server serving (unpaused); a release
+        that did not answer 200 leaves it `unknown` (a crashed scheduler looks like this)."""
+        if not self.step("pause"):
+            raise ReleaseError("pause failed, nothing released: %s" % self.last_error(), "unknown"
+                               if self.steps[-1]["http_status"] is None else "serving")
+        if self.rel["steps"].get("pause"):
+            deadline, count = self.clock() + idle_wait_s, self.in_flight()
+            while count != 0 and self.clock() < deadline:  # an abort takes a scheduler step or two
+                sleep(0.2)
+                count = self.in_flight()
+            if count != 0:
+                self.step("continue")
+                raise ReleaseError("%s is not idle after the pause (%s in flight): a release now would kill it, so "
+                                   "nothing was released and generation continues" % (
+                                       self.engine, "unknown" if count is None else "%g" % count), "serving")
+        if not self.step("release"):
+            raise ReleaseError("the release failed: %s; the server's memory state is unknown" % self.last_error(),
+                               "unknown")
+
+    def resume(self) -> None:
+        """Resume what was released, then let generation continue. Called only after a release that
+        answered 200 (a second resume would kill the server)."""
+        if not self.step("resume"):
+            raise ReleaseError("the resume failed: %s; the server is still released" % self.last_error(), "unknown")
+        if not self.step("continue"):
+            raise ReleaseError("continue failed after the resume: %s; the server stays paused" % self.last_error(),
+                               "unknown")

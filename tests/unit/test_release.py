@@ -1,0 +1,289 @@
+"""The release strategy: the decision from measured numbers, and the steps against the SGLang double
+over real HTTP on loopback (the double reproduces what the real 0.5.16 did on the H200: the crash on
+a second resume, the crash on a release while busy, the held requests, no-op without the saver), with
+the nvidia-smi double reading the memory the double holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.bc_engines import resolve
+from ansible.module_utils.bc_health import request
+from ansible.module_utils.bc_release import Release, ReleaseError, choose, json_values, need_mib, support
+from test_modules_adhoc import adhoc
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = ROOT / "tests/doubles/sglang/launch_server.py"
+SMI = ROOT / "tests/doubles/nvidia_smi.py"
+PROF, _ = resolve("sglang", "0.5.16")
+GPU = "81559,60000,18000"  # total, weights, KV cache (MiB)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tmp: Path, saver: bool = True, **env: str) -> None:
+        self.port, self.state_dir = free_port(), tmp / "gpu"
+        self.url = "http://127.0.0.1:%d" % self.port
+        args = [sys.executable, str(DOUBLE), "--model-path", "/m", "--served-model-name", "kimi-k2.6",
+                "--host", "127.0.0.1", "--port", str(self.port)] + (["--enable-memory-saver"] if saver else [])
+        self.log = open(tmp / "server.log", "w+")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=dict(
+            os.environ, BC_DOUBLE_SGLANG_VERSION="0.5.16", BC_DOUBLE_LOAD_S="0", BC_DOUBLE_WARMUP_S="0",
+            BC_DOUBLE_GPU=GPU, BC_DOUBLE_GPU_STATE=str(self.state_dir / "s.json"), SGLANG_HEALTH_CHECK_TIMEOUT="1", **env))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if request("GET", self.url + "/health", 2).status == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the double did not come up: " + self.text())
+
+    def http(self, method: str, path: str, payload: dict | None, timeout: float):
+        return request(method, self.url + path, timeout, payload)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def text(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def used_mib(self) -> int:
+        out = subprocess.run([sys.executable, str(SMI), "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True, env=dict(os.environ, BC_DOUBLE_GPU_DIR=str(self.state_dir)))
+        return int(out.stdout.strip())
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    made: list[Server] = []
+
+    def make(**kw) -> Server:
+        where = tmp_path / str(len(made))
+        where.mkdir()
+        made.append(Server(where, **kw))
+        return made[-1]
+    yield make
+    for s in made:
+        if not s.log.closed:
+            s.stop()
+
+
+def completion(s: Server, tokens: int = 4, out: list | None = None) -> dict:
+    r = s.http("POST", "/v1/completions", {"model": "kimi-k2.6", "prompt": "2+2=", "max_tokens": tokens}, 60)
+    body = json.loads(r.body) if r.status == 200 else {"status": r.status}
+    if out is not None:
+        out.append(body)
+    return body
+
+
+# -- the decision ---------------------------------------------------------------------------------
+SUP = {"supported": True, "releasable_gib": 17.58, "why": ""}
+
+
+@pytest.mark.parametrize(("policy", "sizing", "sup", "strategy", "words"), [
+    ("auto", {"fits": True, "has_gpu": True, "need_mib": 900, "free_mib": 3000}, SUP, "beside", "fits beside"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000}, SUP, "release", "3000 MiB free + 18001"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 30000, "free_mib": 3000}, SUP, "stop", "even after a release"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000},
+     {"supported": False, "releasable_gib": None, "why": "sglang runs without enable_memory_saver"}, "stop", "without enable_memory_saver"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000},
+     {"supported": True, "releasable_gib": None, "why": ""}, "stop", "does not say how much"),
+    ("auto", {"fits": False, "has_gpu": False, "need_mib": 9900, "free_mib": 3000}, SUP, "stop", "no GPU"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000}, None, "stop", "was not asked"),
+    ("always", {"fits": True, "has_gpu": True, "need_mib": 1, "free_mib": 3000}, SUP, "stop", "always"),
+    ("never", {"fits": False, "has_gpu": True, "need_mib": 99999, "free_mib": 3000}, SUP, "beside", "never"),
+    ("release", {"fits": True, "has_gpu": False, "need_mib": 1, "free_mib": 3000}, SUP, "release", "release"),
+])
+def test_the_least_disruptive_strategy_that_fits_is_chosen(policy, sizing, sup, strategy, words):
+    got = choose(policy, sizing, sup)
+    assert got["strategy"] == strategy and words in got["why"]
+
+
+def test_a_release_asked_for_that_the_server_cannot_do_names_the_fix():
+    sup = {"supported": False, "releasable_gib": None, "why": "sglang runs without enable_memory_saver, so a release frees "
+           "nothing: set bc_engine_settings.enable_memory_saver: true"}
+    with pytest.raises(ValueError, match=r"bc_stop_policy=release, but .*bc_engine_settings.enable_memory_saver: true"):
+        choose("release", {"fits": False, "has_gpu": True, "need_mib": 1, "free_mib": 0}, sup)
+    with pytest.raises(ValueError, match=r"bc_stop_policy=sometimes: use one of auto\|always\|never\|release"):
+        choose("sometimes", {}, None)
+
+
+def test_the_margin_and_the_servers_numbers():
+    assert need_mib(9.0, 0.1) == 10138
+    info = json.loads((ROOT / "docs/gpu-runs/2026-12-01-release-probe.log").read_text().split("memory_usage=")[1]
+                      .split("\n")[0].replace("'", '"'))
+    states = [{"memory_usage": usage} for usage in info]  # the real 0.5.16's /server_info, per rank
+    assert json_values({"internal_states": states}, "internal_states[].memory_usage.kvcache") == [41.64]
+    assert json_values({"internal_states": [{"memory_usage": {"kvcache": 3}}, {"memory_usage": {}}]},
+                       "internal_states[].memory_usage.kvcache") == [3.0]
+
+
+def test_engines_without_a_release_are_stopped_instead():
+    llama, _ = resolve("llamacpp", None)
+    assert support(llama, "llamacpp", None) == {"supported": False, "saver_on": None, "releasable_gib": None,
+                                                "why": "llamacpp cannot free its GPU memory in place (no release in its profile)",
+                                                "setting": None}
+    with pytest.raises(ReleaseError):
+        Release(llama, "llamacpp", lambda *a: None, 5)
+
+
+# -- against the double, over HTTP ----------------------------------------------------------------
+def test_what_the_server_says_it_can_release(server):
+    on, off = server(), server(saver=False)
+    got = support(PROF, "sglang", on.http("GET", "/server_info", None, 5))
+    assert got["supported"] and got["saver_on"] and got["releasable_gib"] == 17.58
+    got = support(PROF, "sglang", off.http("GET", "/server_info", None, 5))
+    assert not got["supported"] and "set bc_engine_settings.enable_memory_saver: true" in got["why"]
+    off.stop()
+    got = support(PROF, "sglang", request("GET", off.url + "/server_info", 2))
+    assert not got["supported"] and "whether it can release its memory is unknown" in got["why"]
+
+
+def test_release_and_resume_free_and_return_the_memory_and_the_answer(server):
+    s = server()
+    before = s.used_mib()
+    rel = Release(PROF, "sglang", s.http, 10)
+    rel.release()
+    assert before - s.used_mib() == 18000
+    held: list = []
+    t = threading.Thread(target=completion, args=(s, 4, held))
+    t.start()  # sent while paused: held by the server, answered after continue
+    time.sleep(0.5)
+    assert held == [] and s.alive()
+    rel.resume()
+    t.join(30)
+    assert s.used_mib() == before and held[0]["choices"][0]["text"] == "4"
+    assert [x["step"] for x in rel.steps] == ["pause", "release", "resume", "continue"]
+    assert all(x["http_status"] == 200 for x in rel.steps)
+
+
+def test_work_still_running_is_aborted_by_the_pause_so_the_release_does_not_kill_the_server(server):
+    s = server(BC_DOUBLE_TOKEN_MS="50")
+    out: list = []
+    t = threading.Thread(target=completion, args=(s, 400, out))
+    t.start()
+    time.sleep(0.5)
+    Release(PROF, "sglang", s.http, 10).release()
+    t.join(30)
+    assert out[0]["choices"][0]["finish_reason"] == "abort" and s.alive()
+
+
+def test_the_double_dies_as_the_real_server_does_on_a_release_while_busy_and_a_second_resume(server):
+    busy = server(BC_DOUBLE_TOKEN_MS="50")
+    threading.Thread(target=completion, args=(busy, 400), daemon=True).start()
+    time.sleep(0.5)
+    busy.http("POST", "/release_memory_occupation", {"tags": ["kv_cache"]}, 5)
+    busy.proc.wait(10)
+    assert "should be called only when server is idle" in busy.text()
+    twice = server()
+    rel = Release(PROF, "sglang", twice.http, 10)
+    rel.release()
+    rel.resume()
+    with pytest.raises(ReleaseError) as err:
+        rel.resume()
+    twice.proc.wait(10)
+    assert err.value.state == "unknown" and "KeyError: 'kv_cache'" in twice.text()
+
+
+def test_without_the_saver_a_release_frees_nothing(server):
+    s = server(saver=False)
+    before = s.used_mib()
+    Release(PROF, "sglang", s.http, 10).release()
+    assert s.used_mib() == before
+
+
+def test_a_failed_pause_leaves_the_server_serving_and_a_dead_one_unknown(server):
+    s = server()
+    s.stop()
+    with pytest.raises(ReleaseError) as err:
+        Release(PROF, "sglang", lambda m, p, b, t: request(m, s.url + p, t, b), 2).release()
+    assert err.value.state == "unknown" and "pause failed" in str(err.value)
+
+
+def test_a_scheduler_that_stays_busy_after_the_pause_is_not_released(server):
+    s = server()
+    prof = dict(PROF, load_path="/v1/loads-busy")  # a load endpoint that never says idle
+
+    def http(method, path, payload, timeout):
+        if path == "/v1/loads-busy":
+            return request("GET", s.url + "/v1/completions", timeout)  # 404: in flight unknown
+        return s.http(method, path, payload, timeout)
+    with pytest.raises(ReleaseError) as err:
+        Release(prof, "sglang", http, 5).release(idle_wait_s=0.5)
+    assert err.value.state == "serving" and "not idle after the pause (unknown in flight)" in str(err.value)
+    assert completion(s)["choices"][0]["text"] == "4"  # continued: not left paused
+
+
+# -- the module, through the real ansible CLI, with the nvidia-smi double on PATH ----------------------
+@pytest.fixture
+def smi_path(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, SMI))
+    (bindir / "nvidia-smi").chmod(0o755)
+    return bindir
+
+
+def adhoc_with_gpu(s: Server, smi_dir: Path, args: dict) -> dict:
+    old = dict(os.environ)
+    os.environ.update(PATH="%s:%s" % (smi_dir, os.environ["PATH"]), BC_DOUBLE_GPU_DIR=str(s.state_dir))
+    try:
+        return adhoc("inference_memory", dict({"url": s.url, "engine_version": "0.5.16"}, **args))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def test_the_module_releases_measures_and_resumes(server, smi_path):
+    s = server()
+    info = adhoc_with_gpu(s, smi_path, {"state": "info"})
+    assert info["_status"] == "SUCCESS" and info["releasable_gib"] == 17.58
+    r = adhoc_with_gpu(s, smi_path, {"state": "released", "need_mib": 18000})
+    assert r["released"] and r["server_state"] == "released" and r["freed_mib"] == 18000 and r["gpu_checked"]
+    r = adhoc_with_gpu(s, smi_path, {"state": "resumed"})
+    assert r["server_state"] == "serving" and completion(s)["choices"][0]["text"] == "4"
+
+
+def test_a_release_that_frees_too_little_is_resumed_at_once(server, smi_path):
+    s = server(BC_DOUBLE_RELEASE_FREES="0.1")
+    r = adhoc_with_gpu(s, smi_path, {"state": "released", "need_mib": 18000, "gpu_wait_s": 1})
+    assert r["_status"] == "CHANGED" and not r["released"] and r["fell_back"] and r["server_state"] == "serving"
+    assert r["freed_mib"] == 1800 and "resumed; the service is stopped instead" in r["why"]
+    assert completion(s)["choices"][0]["text"] == "4" and s.alive()
+
+
+def test_a_resume_that_dies_says_the_state_is_unknown(server, smi_path):
+    s = server(BC_DOUBLE_RESUME_FAILS="oom")
+    assert adhoc_with_gpu(s, smi_path, {"state": "released", "need_mib": 100})["released"]
+    r = adhoc_with_gpu(s, smi_path, {"state": "resumed", "timeout": 5})
+    assert r["_status"] == "FAILED!" and r["server_state"] == "unknown" and "the resume failed" in r["msg"]
+    s.proc.wait(10)
+    assert "CUDA out of memory" in s.text()
+
+
+def test_the_module_refuses_bad_input_and_a_missing_device(server, smi_path):
+    s = server()
+    r = adhoc_with_gpu(s, smi_path, {"state": "released", "need_mib": -1})
+    assert r["_status"] == "FAILED!" and "need_mib and device must be >= 0" in r["msg"]
+    r = adhoc_with_gpu(s, smi_path, {"state": "released", "device": 3})
+    assert r["_status"] == "FAILED!" and r["server_state"] == "serving" and "device 3 is not present" in r["msg"]
+    assert completion(s)["choices"][0]["text"] == "4"  # nothing was paused or released
