@@ -14,6 +14,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
 from bc_engines import profile
 from bc_host import redact as _redact
+from bc_strategy import POLICIES, choose
 from bc_sweepstats import (
     knee as _knee,
 )
@@ -206,7 +207,7 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
     """Every problem of the cycle's settings, each naming the bc_* variable and the fix; [] when
     all are sound. Never quotes a secret's value."""
     problems = []
-    choices = {"bc_stop_policy": ["auto", "always", "never"], "bc_drain_on_deadline": ["abort", "force"]}
+    choices = {"bc_stop_policy": list(POLICIES), "bc_drain_on_deadline": ["abort", "force"]}
     for key, allowed in choices.items():
         if v.get(key) is not None and v[key] not in allowed:
             problems.append("%s=%s: use one of %s" % (key, v[key], "|".join(allowed)))
@@ -250,6 +251,19 @@ def cycle_budget(phases: dict[str, Any]) -> dict[str, Any]:
     return {"phases": worst, "total_s": round(sum(worst.values()), 1)}
 
 
+def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The cycle's strategy (beside, release or stop) and why, from the preflight's numbers:
+    `sizing` has fits, has_gpu, need_mib (with the margin) and free_mib (the sweep's preflight);
+    `support` is inference_memory's state=info (None when the server was not asked). A release asked
+    for that cannot be done gives strategy None and the error naming the fix."""
+    numbers = {"fits": bool(sizing.get("fits")), "has_gpu": bool(sizing.get("has_gpu")),
+               "need_mib": int(sizing.get("need_mib") or 0), "free_mib": int(sizing.get("free_mib") or 0)}
+    try:
+        return dict(choose(str(policy), numbers, support), need_mib=numbers["need_mib"], error="")
+    except ValueError as err:
+        return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -261,5 +275,5 @@ class FilterModule:
             "bc_unit_name_problem": unit_name_problem,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
-            "bc_settings_problems": settings_problems, "bc_cycle_budget": cycle_budget,
+            "bc_settings_problems": settings_problems, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
         }

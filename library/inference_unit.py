@@ -23,20 +23,23 @@ description:
     compiler or a shell whose command line merely mentions the server - and on a host with
     C(nvidia-smi) waits until the GPU memory is freed.
   - O(state=started) clears the start-rate counter (C(reset-failed)) and starts the unit without
-    waiting for the start job; readiness is a separate probe (M(inference_health)).
+    waiting for the start job (readiness is a separate probe, M(inference_health)). O(state=restarted)
+    does the same, and restarts a unit that runs (a server whose memory state is not known).
+  - O(state=sweep_ended) kills this cycle's sweep (O(sweep_tag)) if it still runs, and nothing else
+    (before a released server takes its memory back).
   - O(state=rolled_back) puts back the files that this cycle's O(state=present) replaced (keyed by
     O(token)) and restarts the unit; when this cycle replaced nothing, nothing is restarted.
   - O(state=armed) arms a dead-man switch on the host (a transient systemd timer) that ends this
     cycle's sweep and starts the unit again after O(fire_after) seconds, so the service comes back
-    even when the controller dies or the host becomes unreachable; O(state=started) and
-    O(state=disarmed) disarm it.
+    even when the controller dies or the host becomes unreachable (O(switch_action=restart) restarts it,
+    for a server released in place); O(state=started), O(state=restarted) and O(state=disarmed) disarm it.
 version_added: "1.0.0"
 options:
   name: {description: The unit name without C(.service)., type: str, required: true}
   state:
     description: What to do with the unit.
     type: str
-    choices: [present, stopped, started, rolled_back, armed, disarmed]
+    choices: [present, stopped, started, restarted, sweep_ended, rolled_back, armed, disarmed]
     default: present
   token:
     description:
@@ -86,6 +89,11 @@ options:
   fire_after:
     description: With O(state=armed), seconds until the dead-man switch starts the unit unless disarmed or re-armed.
     type: int
+  switch_action:
+    description: With O(state=armed), what the switch does to the unit when it fires.
+    type: str
+    choices: [start, restart]
+    default: start
 author:
   - benchmark-cycle contributors
 notes:
@@ -141,7 +149,7 @@ rollback_dir:
   sample: /var/lib/benchmark-cycle/rollback/20261201T083500Z-42
 sweeps_ended:
   description: "This cycle's sweeps killed before the start (pid tag)."
-  returned: state=started
+  returned: state=started, restarted or sweep_ended
   type: list
   elements: str
   sample: []
@@ -151,6 +159,7 @@ switch:
   type: str
   sample: bc-deadman-llama-lab
 fires_in_s: {description: Seconds until the armed switch fires., returned: state=armed, type: int, sample: 4300}
+switch_action: {description: What the armed switch does when it fires., returned: state=armed, type: str, sample: restart}
 was_armed: {description: The switch was armed when disarmed., returned: state=disarmed, type: bool, sample: true}
 was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str, sample: active}
 stop_s: {description: Seconds the stop took., returned: state=stopped, type: float, sample: 4.71}
@@ -240,10 +249,13 @@ def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:
                "indices": p["gpu_indices"]} if smi else None
         return dict(unit.stop(ENGINES[p["engine"]]["processes"], p["kill_leftovers"], gpu, stop_timeout=p["stop_timeout"]),
                     gpu_checked=gpu is not None)
-    if p["state"] == "started":
-        return unit.start(p["sweep_tag"])
+    if p["state"] in ("started", "restarted"):
+        return unit.start(p["sweep_tag"], restart=p["state"] == "restarted")
+    if p["state"] == "sweep_ended":
+        ended = [] if module.check_mode else unit.end_sweep(p["sweep_tag"])
+        return {"changed": bool(ended), "sweeps_ended": ended}
     if p["state"] == "armed":
-        return unit.arm(p["fire_after"], p["sweep_tag"])
+        return unit.arm(p["fire_after"], p["sweep_tag"], p["switch_action"])
     if p["state"] == "disarmed":
         return unit.disarm()
     return unit.rollback()
@@ -253,7 +265,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "name": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "stopped", "started", "rolled_back", "armed", "disarmed"],
+            "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "armed",
+                                                  "disarmed"],
                       "default": "present"},
             "token": {"type": "str"},
             "content": {"type": "str"},
@@ -274,9 +287,10 @@ def main() -> None:
             "command_timeout": {"type": "int", "default": 60},
             "sweep_tag": {"type": "str"},
             "fire_after": {"type": "int"},
+            "switch_action": {"type": "str", "choices": ["start", "restart"], "default": "start"},
         },
         required_if=[("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]),
-                     ("state", "armed", ["fire_after"])],
+                     ("state", "armed", ["fire_after"]), ("state", "sweep_ended", ["sweep_tag"])],
         supports_check_mode=True,
     )
     p = module.params

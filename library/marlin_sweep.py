@@ -107,6 +107,8 @@ runnable:
   returned: with preflight
   type: bool
 fits: {description: The sweep fits the device's free memory beside what runs now., returned: with preflight, type: bool}
+need_mib: {description: "The estimate with the margin, in MiB: what must be free.", returned: with preflight, type: int, sample: 10138}
+free_mib: {description: "Free MiB on the device (the host's memory on the CPU).", returned: with preflight, type: int, sample: 3059}
 why: {description: Why the sweep is not runnable., returned: with preflight, type: str}
 oom_kills: {description: "The OOM kill count (/proc/vmstat oom_kill) at the preflight.", returned: with preflight, type: int}
 oom_killed: {description: "The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).", returned: when killed, type: bool}
@@ -261,22 +263,29 @@ def sizing(gpus: list[dict[str, Any]], device: int, need_gib: float, margin: flo
     nowhere, and nothing may be stopped for it, with `why`) and `fits` (it fits the free memory
     beside whatever runs now)."""
     need_mib = need_gib * 1024 * (1 + margin)
+    return dict(_sizing(gpus, device, need_mib, margin, backend, host_mib), need_mib=round(need_mib))
+
+
+def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: float, backend: str,
+            host_mib: int | None) -> dict[str, Any]:
     if not gpus:
         if backend == "sglang":
-            return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0,
+            return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0, "free_mib": 0,
                     "why": "backend sglang needs an NVIDIA GPU and nvidia-smi found none"}
         total = host_mib or 0
         ok = not host_mib or need_mib <= total
         return {"runnable": ok, "fits": ok, "free_gib": round(total / 1024, 2), "total_gib": round(total / 1024, 2),
+                "free_mib": total,
                 "why": "" if ok else "the sweep needs ~%.1f GiB and the host has %.1f GiB of memory in all (CPU backend)"
                 % (need_mib / 1024, total / 1024)}
     indices = [g["index"] for g in gpus]
     if device not in indices:
-        return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0,
+        return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0, "free_mib": 0,
                 "why": "device %d is not present: nvidia-smi lists GPU(s) %s" % (device, ", ".join(map(str, indices)))}
     gpu = next(g for g in gpus if g["index"] == device)
     runnable = need_mib <= gpu["total_mib"]
     return {"runnable": runnable, "fits": need_mib <= gpu["free_mib"], "free_gib": round(gpu["free_mib"] / 1024, 2),
+            "free_mib": gpu["free_mib"],
             "total_gib": round(gpu["total_mib"] / 1024, 2),
             "why": "" if runnable else "the sweep needs ~%.1f GiB (with a %d%% margin) and GPU %d (%s) has %.1f GiB in all: "
             "it can run nowhere on this host, so nothing is stopped for it; sweep fewer or smaller batch sizes"
@@ -355,7 +364,7 @@ def main() -> None:
                               preexec_fn=expendable)
     except subprocess.TimeoutExpired:
         module.fail_json(msg="the sweep ran past timeout=%d s and was killed; finished points are in %s"
-                         % (p["timeout"], p["output"]), output=p["output"], **plan)
+                         % (p["timeout"], p["output"]), **plan)
     except OSError as err:
         module.fail_json(msg="cannot run python %s for the sweep: %s" % (python, err), **plan)
     finally:

@@ -358,18 +358,22 @@ class Unit:
             sleep(min(2.0, max(0.1, deadline - clock())))
 
     # -- the dead-man switch ---------------------------------------------------------------------
-    def switch_command(self, sweep_tag: str | None) -> list[str]:
+    def switch_command(self, sweep_tag: str | None, action: str = "start") -> list[str]:
         """What the switch runs when it fires: end the cycle's sweep (the server needs its GPU
-        memory back), then start the unit. The only shell in the project: every word is quoted."""
+        memory back), then start the unit (`restart` when the cycle released the server's memory in
+        place: it runs, released and paused, and only a restart brings it back for certain). The only
+        shell in the project: every word is quoted."""
         parts = []
         if sweep_tag:
             parts.append("pkill -KILL -f -- %s" % shlex.quote("--tag " + re.escape(sweep_tag)))
             parts.append("sleep 2")
         parts.append("systemctl reset-failed -- %s" % shlex.quote(self.name + ".service"))
-        parts.append("systemctl start --no-block -- %s" % shlex.quote(self.name + ".service"))
+        if action not in ("start", "restart"):
+            raise UnitError("the dead-man switch of %s can start or restart it, not %r" % (self.name, action))
+        parts.append("systemctl %s --no-block -- %s" % (action, shlex.quote(self.name + ".service")))
         return ["/bin/sh", "-c", "; ".join(parts)]
 
-    def arm(self, after_s: int, sweep_tag: str | None) -> dict[str, Any]:
+    def arm(self, after_s: int, sweep_tag: str | None, action: str = "start") -> dict[str, Any]:
         """(Re-)arm the switch to fire `after_s` seconds from now (a transient timer + service)."""
         if after_s < 1:
             raise UnitError("the dead-man switch of %s needs a deadline of at least 1 s, got %s" % (self.name, after_s))
@@ -377,13 +381,13 @@ class Unit:
             return {"changed": True, "switch": self.switch, "fires_in_s": after_s}
         self.disarm()
         self.run(["systemd-run", "--unit=" + self.switch, "--on-active=%ds" % after_s, "--timer-property=AccuracySec=1s",
-                  "--description=benchmark-cycle dead-man switch: starts %s.service again" % self.name, "--",
-                  *self.switch_command(sweep_tag)], timeout=self.timeout)
+                  "--description=benchmark-cycle dead-man switch: %ss %s.service" % (action, self.name), "--",
+                  *self.switch_command(sweep_tag, action)], timeout=self.timeout)
         _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3))
         if out.strip() != "active":
             raise UnitError("could not arm the dead-man switch %s.timer for %s (state %s): the cycle would not be safe "
                             "without its controller, so it stops here" % (self.switch, self.name, out.strip()))
-        return {"changed": True, "switch": self.switch, "fires_in_s": after_s}
+        return {"changed": True, "switch": self.switch, "fires_in_s": after_s, "switch_action": action}
 
     def disarm(self) -> dict[str, Any]:
         if self.check_mode:
@@ -420,18 +424,20 @@ class Unit:
                             % (sweep_tag, self.name))
         return ["%d %s" % (pid, sweep_tag) for pid in found]
 
-    def start(self, sweep_tag: str | None = None) -> dict[str, Any]:
+    def start(self, sweep_tag: str | None = None, restart: bool = False) -> dict[str, Any]:
+        """Start the unit (`restart`: also when it runs, for a server whose state is not known)."""
         state = self.show("ActiveState")["ActiveState"]
+        changed = restart or state not in ACTIVE_STATES
         if self.check_mode:
-            return {"changed": state not in ACTIVE_STATES, "was": state, "n_restarts": 0, "sweeps_ended": []}
+            return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": []}
         ended = self.end_sweep(sweep_tag)
         # systemd counts deliberate starts against StartLimitBurst too; reset-failed also sets
         # NRestarts to 0 (service_reset_failed), the baseline a crash loop is measured from
         self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
-        if state not in ACTIVE_STATES:
-            self.systemctl("start", "--no-block", self.name + ".service")
+        if changed:
+            self.systemctl("restart" if restart else "start", "--no-block", self.name + ".service")
         self.disarm()
-        return {"changed": state not in ACTIVE_STATES, "was": state, "n_restarts": 0, "sweeps_ended": ended}
+        return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended}
 
     def rollback(self) -> dict[str, Any]:
         """Put back what this cycle's install replaced, and only that; without such files there is

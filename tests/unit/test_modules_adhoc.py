@@ -66,3 +66,12 @@ def test_marlin_sweep_check_mode_returns_the_plan_and_estimate():
     r = adhoc("marlin_sweep", {"output": "/tmp/never.json", "tp_size": 8}, check=True)
     assert r["_status"] == "SUCCESS" and r["shape"]["N"] == 256 and 1.0 <= r["estimate_peak_gib"] < 2.0
     assert not Path("/tmp/never.json").exists()
+
+
+def test_marlin_sweep_past_its_timeout_is_killed_and_says_where_the_points_are(tmp_path):
+    out = tmp_path / "sweep.json"
+    r = adhoc("marlin_sweep", {"output": str(out), "backend": "torch", "num_experts": 16, "hidden_size": 256,
+                               "intermediate_size": 256, "top_k": 4, "batch_sizes": [1, 2, 4, 8, 16, 32, 64],
+                               "iters": 1000000, "timeout": 2})
+    assert r["_status"] == "FAILED!" and r["msg"].startswith("the sweep ran past timeout=2 s and was killed"), r
+    assert r["output"] == str(out)

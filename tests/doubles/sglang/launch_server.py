@@ -46,7 +46,8 @@ systemd. Each behaviour names the source it follows (files of the release's whee
 Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
 BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER,
 BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_GPU, BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a
-release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory).
+release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory), BC_DOUBLE_RELEASE_FAILS=crash (the
+release dies in the memory saver).
 """
 
 from __future__ import annotations
@@ -276,6 +277,9 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, {"message": "Generation continued successfully.", "status": "ok"})
 
     def release(self, req: dict[str, Any]) -> None:
+        if os.environ.get("BC_DOUBLE_RELEASE_FAILS") == "crash":
+            crash(['  File "torch_memory_saver/entrypoint.py", line 71, in pause',
+                   "RuntimeError: cuMemUnmap failed (CUDA_ERROR_INVALID_VALUE)"])
         if STATE["running"] or STATE["queued"]:
             crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 187, in release_memory_occupation',
                    "AssertionError: release_memory_occupation should be called only when server is idle."])
