@@ -6,7 +6,9 @@
 # Test-machine tooling (the carried SGLang and systemd stand in for a GPU host's own), not CI.
 #   device run, carry [".sglsrv", ".gpuwheels", ".sd"]:  OUT=$OUT SCENARIO=cycle bash tests/gpu/e2e_cycle.sh
 # SCENARIO: cycle (provision, cycle with a client, bad-flag fault) | faults (provision, server killed
-# during its reload, drain deadline) | all. Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
+# during its reload, drain deadline) | all | release (the memory saver on and the KV cache at 0.92 of
+# the GPU, as on the real site: auto releases in place; then the same cycle with a stop; then the
+# saver off; downtime of each and the throughput with the saver on and off). Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/e2e-out}; mkdir -p "$OUT"; W=/tmp/e2e; rm -rf "$W"; mkdir -p "$W"  # a warm machine keeps /tmp
 SCENARIO=${SCENARIO:-cycle}
@@ -28,6 +30,9 @@ SD_DEBS=.sd sd_boot >> "$W/summary.txt" 2>&1 || { log "systemd did not boot"; ex
 log "python3 is $(command -v python3); systemd: $(sd systemctl is-system-running)"
 
 # what only the test machine needs: the carried SGLang's environment, its missing-library flags
+# torch_memory_saver (--enable-memory-saver) preloads a hook whose libcudart.so.13 must resolve at exec
+CUDART_DIR=$(python3 -c 'import glob,site,os; c=[p for s in site.getsitepackages() for p in glob.glob(s+"/nvidia/**/libcudart.so.13*", recursive=True)]; print(os.path.dirname(c[0]) if c else "")' 2>/dev/null)
+[ -n "$CUDART_DIR" ] && export LD_LIBRARY_PATH="$CUDART_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 python3 - > "$W/gpu-vars.json" <<'PY'
 import json, os
 keep = ("PYTHONPATH", "TVM_FFI_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_HOME", "PATH", "LD_LIBRARY_PATH", "CC", "NVCC_APPEND_FLAGS")
@@ -53,7 +58,22 @@ answer() { curl -s -m 30 -H 'Content-Type: application/json' -d '{"model":"kimi-
 serving() { echo "$(sd systemctl is-active $UNIT 2>/dev/null), answers 2+2=$(answer)"; }
 journal() { sd journalctl --no-pager -o short-iso -u $UNIT > "$W/journal-$1.txt" 2>&1; }
 
-play provision playbooks/gpu_provision.yml -i inventory/gpu
+site() {  # the real site's shape of memory: KV cache at 0.92 of the GPU, saver on|off; the full K2.6 sweep at TP1
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+print(json.dumps({"bc_stop_policy": sys.argv[1], "bc_lb_remove": {"argv": ["/tmp/lb-hook", "remove"]},
+                "bc_lb_restore": {"argv": ["/tmp/lb-hook", "restore"]},
+                "bc_engine_settings": {"model_path": "/opt/models/kimi-tiny", "served_model_name": "kimi-k2.6", "tp_size": 1,
+                                       "host": "127.0.0.1", "mem_fraction_static": 0.92, "enable_metrics": True,
+                                       "cuda_graph_max_bs": 8, "watchdog_timeout": 900, "enable_memory_saver": sys.argv[2] == "on"},
+                "bc_sweep_tp_sizes": [1], "bc_sweep_batch_sizes": [1, 4, 16, 64, 256, 1024], "bc_sweep_iters": 10}))
+PY
+}
+if [ "$SCENARIO" = release ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
+  play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(site always on)"
+else
+  play provision playbooks/gpu_provision.yml -i inventory/gpu
+fi
 log "after provisioning: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
 
 on_event() {  # $1: play name, $2: a task name, then a command to run once that task has started
@@ -108,5 +128,65 @@ if [ "$SCENARIO" = faults ] || [ "$SCENARIO" = all ]; then
   on_event deadline "cycle_lock : Take the lock" long_requests 2 &
   play deadline benchmark_cycle.yml -i inventory/gpu -e '{"bc_drain_deadline_s": 5, "bc_drain_on_deadline": "abort"}'
   log "after the drain deadline: $(serving)"
+fi
+if [ "$SCENARIO" = release ]; then
+  ROUTER="$W/router.txt"; printf '#!/bin/sh\necho "$1 $(date +%%s.%%N)" >> %s\n' "$ROUTER" > /tmp/lb-hook; chmod +x /tmp/lb-hook
+  sampler() {  # $1: name; one 1-token completion every 0.5 s until $W/stop-$1
+    while [ ! -f "$W/stop-$1" ]; do
+      code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":1,"temperature":0}' http://127.0.0.1:30001/v1/completions)
+      echo "$(date +%s.%N) $code" >> "$W/samples-$1.txt"; sleep 0.5
+    done
+  }
+  downtime() {  # $1: name -> router out..back and the seconds no sample answered 200
+    python3 - "$W/samples-$1.txt" "$ROUTER" "$1" <<'PY'
+import sys
+rows = [(float(t), c) for t, c in (l.split() for l in open(sys.argv[1]) if l.strip())]
+down, last = 0.0, None
+for (t, c), nxt in zip(rows, rows[1:] + [(None, None)]):
+    if c != "200" and nxt[0] is not None:
+        down += nxt[0] - t
+marks = [l.split() for l in open(sys.argv[2])]
+out = [float(t) for a, t in marks if a == "remove"][-1:]
+back = [float(t) for a, t in marks if a == "restore"][-1:]
+print("%s: router out -> back %s s; not answering %.1f s (%d samples, %d not 200)" % (
+    sys.argv[3], "%.1f" % (back[0] - out[0]) if out and back and back[0] > out[0] else "n/a", down, len(rows),
+    sum(c != "200" for _t, c in rows)))
+PY
+  }
+  load() {  # $1: name; 8 parallel requests x 256 tokens, 6 rounds (the first is warm-up)
+    python3 - "$1" <<'PY' | tee -a "$W/summary.txt"
+import json, statistics, sys, threading, time, urllib.request
+def one(out):
+    req = urllib.request.Request("http://127.0.0.1:30001/v1/completions", method="POST", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": "kimi-k2.6", "prompt": "x", "max_tokens": 256, "ignore_eos": True}).encode())
+    out.append(json.load(urllib.request.urlopen(req, timeout=120))["usage"]["completion_tokens"])
+rates = []
+for _ in range(6):
+    out, t = [], time.time()
+    th = [threading.Thread(target=one, args=(out,)) for _ in range(8)]
+    [x.start() for x in th]; [x.join() for x in th]
+    rates.append(sum(out) / (time.time() - t))
+print("load %s: tokens/s %s; median of rounds 2-6: %.0f" % (sys.argv[1], ", ".join("%.0f" % r for r in rates), statistics.median(rates[1:])))
+PY
+  }
+  cycle() {  # $1 name, $2 policy, $3 saver on|off
+    site "$2" "$3" > "$W/site-$1.json"
+    sampler "$1" & local sp=$!
+    play "$1" benchmark_cycle.yml -i inventory/gpu -e @"$W/site-$1.json"
+    touch "$W/stop-$1"; wait $sp
+    log "$(downtime "$1")"
+    log "$1: $(grep -o 'the sweep [a-z ]*fits[^)]*)' "$W/$1.log" | head -1); freed: $(grep -oE 'freed_mib.{0,3}[0-9-]+' "$W/$1.log" | head -1)"
+    log "$1: after: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+    journal "$1"
+  }
+  # provisioned with the saver on: auto must release; then the same cycle with a stop; then the saver off
+  log "saver on: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader); server_info: $(curl -s -m 10 http://127.0.0.1:30001/server_info | python3 -c 'import json,sys; d=json.load(sys.stdin); print("enable_memory_saver=%s memory_usage=%s" % (d.get("enable_memory_saver"), [s.get("memory_usage") for s in d["internal_states"]]))')"
+  : > "$ROUTER"; cycle release auto on
+  : > "$ROUTER"; cycle stop always on
+  load saver-on
+  : > "$ROUTER"; cycle saver-off always off
+  load saver-off
+  cp -r /tmp/bc-results "$W/results" 2>/dev/null
 fi
 log "done"
