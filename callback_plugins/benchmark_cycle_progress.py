@@ -8,6 +8,8 @@ It prints through the display (stdout), so AWX's job output shows the same lines
 it does not replace the stdout callback. With an event log set, it also appends one JSON line per
 task start and per host result (time, host, task, status; the message of a failure, never a
 result's data): the cycle's timeline on the controller, from which time-to-detect is measured.
+With a JUnit file set, it writes one testcase per step (role) and host at the end of the run, with
+the step's time and the message of each failure (a failure that was rescued still fails its step).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from ansible.plugins.callback import CallbackBase
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "filter_plugins"))
 from bc_filters import redact, reload_line
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
+from bc_export import junit
 
 DOCUMENTATION = r"""
 name: benchmark_cycle_progress
@@ -42,6 +47,14 @@ options:
     ini:
       - section: benchmark_cycle_progress
         key: event_log
+  junit_file:
+    description: JUnit XML written at the end of the run, one testcase per step (role) and host; unset writes none.
+    type: path
+    env:
+      - name: BC_CYCLE_JUNIT
+    ini:
+      - section: benchmark_cycle_progress
+        key: junit_file
 """
 
 
@@ -50,6 +63,37 @@ class CallbackModule(CallbackBase):
     CALLBACK_TYPE = "aggregate"
     CALLBACK_NAME = "benchmark_cycle_progress"
     CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._play = ""
+        self._started: dict[str, float] = {}
+        self._steps: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _step(self, result: Any, status: str, msg: Any = None) -> None:
+        task = result._task
+        role = task._role.get_name() if getattr(task, "_role", None) else ""
+        name = role or "playbook: " + (self._play.split(" - ")[0] if self._play else "tasks")
+        host = result._host.get_name()
+        step = self._steps.setdefault((host, name), {"host": host, "step": name, "seconds": 0.0, "failures": [],
+                                                     "skipped": True})
+        step["seconds"] += max(0.0, time.time() - self._started.get(task._uuid, time.time()))
+        if status != "skipped":
+            step["skipped"] = False
+        if status == "failed":
+            step["failures"].append("%s: %s" % (task.get_name().strip(), redact(str(msg), [os.environ.get("BC_API_KEY", "")])[:1000]))
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        self._play = play.get_name().strip()
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        path = self.get_option("junit_file")
+        if not path or not self._steps:
+            return
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(junit(list(self._steps.values())))
+        os.replace(tmp, path)
 
     def _log(self, event: str, task: Any, host: str | None = None, msg: str | None = None) -> None:
         path = self.get_option("event_log")
@@ -66,18 +110,23 @@ class CallbackModule(CallbackBase):
             fh.write(json.dumps(line) + "\n")
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._started[task._uuid] = time.time()
         self._log("start", task)
 
     def v2_runner_on_ok(self, result: Any) -> None:
+        self._step(result, "ok")
         self._log("ok", result._task, result._host.get_name())
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        self._step(result, "ok" if ignore_errors else "failed", result._result.get("msg"))
         self._log("failed", result._task, result._host.get_name(), result._result.get("msg"))
 
     def v2_runner_on_skipped(self, result: Any) -> None:
+        self._step(result, "skipped")
         self._log("skipped", result._task, result._host.get_name())
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
+        self._step(result, "failed", "unreachable: %s" % result._result.get("msg"))
         self._log("unreachable", result._task, result._host.get_name(), result._result.get("msg"))
 
     def v2_runner_retry(self, result: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
 from bc_engines import profile
+from bc_export import textfile as prom_textfile
 from bc_host import redact as _redact
 from bc_strategy import POLICIES, choose
 from bc_sweepstats import (
@@ -207,7 +208,8 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
     """Every problem of the cycle's settings, each naming the bc_* variable and the fix; [] when
     all are sound. Never quotes a secret's value."""
     problems = []
-    choices = {"bc_stop_policy": list(POLICIES), "bc_drain_on_deadline": ["abort", "force"]}
+    choices = {"bc_stop_policy": list(POLICIES), "bc_drain_on_deadline": ["abort", "force"],
+               "bc_gpu_health_policy": ["unrouted", "serve"], "bc_gpu_health_dcgm": ["auto", "always", "never"]}
     for key, allowed in choices.items():
         if v.get(key) is not None and v[key] not in allowed:
             problems.append("%s=%s: use one of %s" % (key, v[key], "|".join(allowed)))
@@ -215,7 +217,7 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
     ranges = [("bc_readiness_timeout_s", 1, 86400), ("bc_readiness_delay_s", 1, 3600), ("bc_drain_deadline_s", 0, 86400),
               ("bc_sweep_poll_s", 1, 3600), ("bc_sweep_timeout_s", 1, 7 * 86400), ("bc_port", 1, 65535),
               ("bc_lock_stale_after_s", 1, 30 * 86400), ("bc_job_budget_s", 0, 30 * 86400), ("bc_sweep_device", 0, 1024),
-              ("bc_stop_timeout_s", 1, 86400), ("bc_switch_margin_s", 0, 86400)]
+              ("bc_stop_timeout_s", 1, 86400), ("bc_switch_margin_s", 0, 86400), ("bc_gpu_health_xid_window_s", 0, 30 * 86400)]
     for key, low, high in ranges:
         if v.get(key) is None:
             continue
@@ -235,6 +237,15 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
         problem = unit_name_problem(v["bc_unit"])
         if problem:
             problems.append(problem)
+    if v.get("bc_textfile_dir") and not str(v["bc_textfile_dir"]).startswith("/"):
+        problems.append("bc_textfile_dir=%s: give node_exporter's --collector.textfile.directory, an absolute path"
+                        % v["bc_textfile_dir"])
+    grafana = v.get("bc_grafana_annotation")
+    if grafana:
+        if not isinstance(grafana, dict) or not re.match(r"^https?://[^\s/]+", str(grafana.get("url", ""))):
+            problems.append("bc_grafana_annotation needs url: http(s)://<grafana> and token: <a service account token>")
+        elif not isinstance(grafana.get("token"), str) or not grafana["token"] or re.search(r"\s", grafana["token"]):
+            problems.append("bc_grafana_annotation.token is missing or holds whitespace (the value is not shown)")
     if v.get("bc_results_dir") is not None and not str(v["bc_results_dir"]).startswith("/"):
         problems.append("bc_results_dir=%s: give an absolute path (under AWX, a volume that outlives the job)" % v["bc_results_dir"])
     try:
@@ -276,4 +287,5 @@ class FilterModule:
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
+            "bc_prom_textfile": prom_textfile,
         }

@@ -2,9 +2,11 @@
 """TEST DOUBLE of `nvidia-smi --query-gpu=... --format=csv,...` (the lab has no GPU): one GPU whose
 memory is what the SGLang doubles on this host hold (their state files under /run/bc-double/, each
 with its pid: a server that is gone holds nothing). The lab installs it as /usr/local/bin/nvidia-smi
-only for the release tests. It answers the queries the project makes, in nvidia-smi's format, as the
-real one on the H200 answered them (tests/unit/fixtures/h200/query-gpu.csv): `index, name,
-memory.free, memory.total, memory.used, driver_version`, with or without `nounits` (then "MiB")."""
+only for the release and GPU health tests. It answers the queries the project makes, in nvidia-smi's
+format, as the real one on the H200 answered them (tests/unit/fixtures/h200/): `--query-gpu=` of
+`index, name, memory.free, memory.total, memory.used, driver_version`, with or without `nounits`
+(then "MiB"); and `-q -x`, the XML report, read from BC_DOUBLE_SMI_XML (default
+/etc/bc-double/nvidia-smi-q.xml: the real H200's, or a fault made from it by the test)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,13 @@ def alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    if "-q" in argv and "-x" in argv:
+        xml = Path(os.environ.get("BC_DOUBLE_SMI_XML", "/etc/bc-double/nvidia-smi-q.xml"))
+        if not xml.exists():
+            print("No devices were found")
+            return 6
+        sys.stdout.write(xml.read_text())
+        return 0
     query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
     fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "")
     if query is None or "csv" not in fmt:

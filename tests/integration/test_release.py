@@ -45,7 +45,10 @@ def released_lab(lab):
     """The nvidia-smi double on the lab host (for these tests only), and the SGLang double installed
     with the saver: the first cycle stops the unit to apply it."""
     subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/nvidia_smi.py"), f"{CONTAINER}:/usr/local/bin/nvidia-smi"], check=True)
-    sh("chmod 755 /usr/local/bin/nvidia-smi; rm -rf /run/lock/benchmark-cycle-* /run/bc-double")
+    sh("chmod 755 /usr/local/bin/nvidia-smi; rm -rf /run/lock/benchmark-cycle-* /run/bc-double; mkdir -p /etc/bc-double")
+    # the GPU health check reads the real H200's report (healthy)
+    subprocess.run(["podman", "cp", str(ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml"),
+                    f"{CONTAINER}:/etc/bc-double/nvidia-smi-q.xml"], check=True)
 
     def install(**env_changes: str) -> dict:
         extra = settings(**env_changes)
@@ -53,7 +56,7 @@ def released_lab(lab):
         assert run.rc == 0, run.out[-3000:]
         return extra
     yield install
-    sh(f"rm -f /usr/local/bin/nvidia-smi; systemctl stop {UNIT} || true; rm -rf /run/bc-double")
+    sh(f"rm -f /usr/local/bin/nvidia-smi; systemctl stop {UNIT} || true; rm -rf /run/bc-double /etc/bc-double")
 
 
 def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab, reliability):

@@ -30,7 +30,14 @@ def test_survey_covers_what_operators_choose():
     survey = json.loads((ROOT / "awx/survey.json").read_text())
     variables = {q["variable"] for q in survey["spec"]}
     assert variables == {"bc_target", "bc_sweep_batch_sizes", "bc_sweep_tp_sizes", "bc_sweep_backend",
-                         "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break"}
+                         "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break", "bc_gpu_health_policy", "bc_gpu_health_dcgm"}
+    # what a bad day needs: every answer the survey offers passes the preflight's own check
+    from bc_filters import settings_problems
+    for q in survey["spec"]:
+        for choice in q.get("choices", []):
+            assert settings_problems({q["variable"]: choice}) == [], (q["variable"], choice)
+    assert settings_problems({"bc_gpu_health_policy": "keep_stopped"}) == [
+        "bc_gpu_health_policy=keep_stopped: use one of unrouted|serve"]
     cycle_vars = (ROOT / "playbooks/vars/cycle.yml").read_text()
     assert all(v in cycle_vars for v in variables)  # every answer is a known bc_* variable
     budget = next(q for q in survey["spec"] if q["variable"] == "bc_readiness_timeout_s")

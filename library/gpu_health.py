@@ -1,0 +1,194 @@
+#!/usr/bin/python
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read each GPU's health: ECC, retired pages, row remaps, clock events, temperature, XIDs, DCGM."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_health
+short_description: Judge each GPU of the host healthy enough to benchmark on and to serve from
+description:
+  - Reads C(nvidia-smi -q -x) once (uncorrectable ECC errors, volatile and aggregate; pages pending
+    retirement; rows pending remap or a failed remap; clock-event reasons; temperature; persistence
+    mode), the kernel log's C(NVRM Xid) lines since O(since), and C(dcgmi diag -r 1 -j) where DCGM is
+    installed (O(dcgm)).
+  - Judges them by rules that are data (module_utils/bc_gpuhealth.py C(RULES), overridable with
+    O(rules)), and returns RV(healthy), the RV(problems) and RV(warnings) each naming the GPU, the
+    reading and its value. It never fails for an unhealthy GPU; the caller decides. A hung
+    nvidia-smi (a wedged GPU) is a problem, not a hung task.
+  - A host without nvidia-smi has no GPU to judge, RV(checked) is false and RV(healthy) true.
+version_added: "1.0.0"
+author: benchmark-cycle contributors
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; it runs in check mode.
+  diff_mode:
+    support: none
+options:
+  since:
+    description: Epoch seconds; XID lines of the kernel log from then on count (0 counts all since boot).
+    type: float
+    default: 0
+  within_s:
+    description: With O(since) 0, XID lines of the last this many seconds on the host's clock count (0 counts all since boot).
+    type: float
+    default: 0
+  devices: {description: The GPU indices to judge; empty judges all., type: list, elements: int, default: []}
+  dcgm:
+    description: Run C(dcgmi diag -r 1) - C(auto) where dcgmi is installed, C(always) (missing is a problem), C(never).
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  rules: {description: "Overrides of the rules, e.g. C({temperature_c: {max: 80}})", type: dict, default: {}}
+  command_timeout: {description: Seconds each command may take (dcgmi diag -r 1 takes about a minute)., type: float, default: 120}
+seealso:
+  - name: NVIDIA XID catalogue
+    description: What each XID means.
+    link: https://docs.nvidia.com/deploy/xid-errors/index.html
+  - name: DCGM diagnostics
+    description: Run levels of dcgmi diag.
+    link: https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html
+"""
+
+EXAMPLES = r"""
+- name: Refuse to benchmark on a sick GPU
+  gpu_health:
+    since: "{{ cycle_started_at }}"
+  register: health
+  failed_when: not health.healthy
+"""
+
+RETURN = r"""
+checked: {description: nvidia-smi was there and read., returned: always, type: bool, sample: true}
+healthy: {description: No reading crossed a rule of level fail., returned: always, type: bool, sample: true}
+problems:
+  description: What fails the check, each naming the GPU, the reading and its value.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 0 (NVIDIA H200, GPU-17e7...): remapped_rows_pending=True (rows waiting to be remapped (a GPU reset is needed))"]
+warnings:
+  description: What only warns (persistence off, aggregate ECC, application XIDs, an unreadable kernel log).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+gpus:
+  description: Each GPU's readings.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{index: 0, name: NVIDIA H200, temperature_c: 33, ecc_uncorrectable_volatile: 0, throttle: [], xid: [], problems: []}]
+xid_events:
+  description: The kernel log's XID lines since O(since) (None when it could not be read).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+kernel_log: {description: Where the XIDs were read from (journalctl, dmesg) or why not., returned: always, type: str, sample: journalctl}
+dcgm: {description: "The DCGM diagnostic: ran, the failed tests.", returned: always, type: dict, sample: {ran: false, failed: []}}
+host_time:
+  description: The host's clock (epoch seconds) when read; the next check's O(since).
+  returned: always
+  type: float
+  sample: 1796126000.5
+"""
+
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_gpuhealth import RULES, dcgm_failures, judge, parse_smi_xml, xid_events
+from ansible.module_utils.bc_host import CommandError, check_timeout
+from ansible.module_utils.bc_host import run as host_run
+
+
+def kernel_log(module: AnsibleModule, since: float, timeout: float) -> tuple[list[dict[str, Any]] | None, str]:
+    """XID lines from the journal's kernel messages, else dmesg; (None, why) when neither has any
+    kernel line at all (a container sees none: unknown, not clean)."""
+    journalctl = module.get_bin_path("journalctl")
+    if journalctl:
+        try:
+            rc, out, _err = host_run([journalctl, "-k", "-b", "-q", "--no-pager", "-o", "short-unix"], timeout)
+        except CommandError:
+            rc, out = 1, ""
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        if rc == 0 and lines:
+            recent = [ln for ln in lines if _stamp(ln) is None or _stamp(ln) >= since]
+            return xid_events("\n".join(recent)), "journalctl"
+    dmesg = module.get_bin_path("dmesg")
+    if dmesg:
+        try:
+            rc, out, _err = host_run([dmesg], timeout)
+        except CommandError:
+            rc, out = 1, ""
+        if rc == 0 and out.strip():
+            return xid_events(out), "dmesg (since boot: it has no wall-clock times)"
+    return None, "no kernel log readable here (journalctl -k and dmesg show nothing)"
+
+
+def _stamp(line: str) -> float | None:
+    head = line.split(" ", 1)[0]
+    try:
+        return float(head)
+    except ValueError:
+        return None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "since": {"type": "float", "default": 0},
+            "within_s": {"type": "float", "default": 0},
+            "devices": {"type": "list", "elements": "int", "default": []},
+            "dcgm": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
+            "rules": {"type": "dict", "default": {}},
+            "command_timeout": {"type": "float", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        check_timeout(p["command_timeout"], "command_timeout", 3600)
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    unknown = sorted(set(p["rules"]) - set(RULES))
+    if unknown:
+        module.fail_json(msg="rules: unknown reading(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(RULES))))
+    now = time.time()
+    smi = module.get_bin_path("nvidia-smi")
+    if not smi:
+        module.exit_json(changed=False, checked=False, healthy=True, problems=[], warnings=[], gpus=[], xid_events=[],
+                         kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now,
+                         msg="no nvidia-smi on this host: no GPU to judge")
+    try:
+        rc, out, err = host_run([smi, "-q", "-x"], p["command_timeout"])
+        if rc != 0:
+            raise ValueError("nvidia-smi -q -x exited %d: %s" % (rc, (err or out).strip()[:300]))
+        gpus = parse_smi_xml(out)
+    except (CommandError, ValueError) as err:  # a GPU that cannot be read is not a healthy one
+        module.exit_json(changed=False, checked=True, healthy=False, problems=["%s (a wedged GPU or driver?)" % err],
+                         warnings=[], gpus=[], xid_events=None, kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now)
+    if p["devices"]:
+        gpus = [g for g in gpus if g["index"] in p["devices"]]
+    since = p["since"] or (now - p["within_s"] if p["within_s"] > 0 else 0)
+    xids, source = kernel_log(module, since, p["command_timeout"])
+    dcgm: dict[str, Any] = {"ran": False, "failed": []}
+    dcgmi = module.get_bin_path("dcgmi") if p["dcgm"] != "never" else None
+    if dcgmi:
+        try:
+            _rc, dout, derr = host_run([dcgmi, "diag", "-r", "1", "-j"], p["command_timeout"])
+            dcgm = {"ran": True, "failed": dcgm_failures(dout or derr)}
+        except CommandError as err:
+            dcgm = {"ran": True, "failed": ["dcgmi diag -r 1 did not finish: %s" % err]}
+    elif p["dcgm"] == "always":
+        dcgm = {"ran": False, "failed": ["dcgmi is not installed (dcgm=always)"]}
+    verdict = judge(gpus, xids, dcgm["failed"], p["rules"])
+    module.exit_json(changed=False, checked=True, xid_events=xids, kernel_log=source, dcgm=dcgm, host_time=now, **verdict)
+
+
+if __name__ == "__main__":
+    main()

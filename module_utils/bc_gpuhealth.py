@@ -1,0 +1,179 @@
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Is each GPU healthy enough to benchmark on, and to serve from? Pure parsing and judging.
+
+The readings come from `nvidia-smi -q -x` (its XML: ECC errors, retired pages, remapped rows,
+clock-event reasons, temperature, persistence mode), the kernel log's `NVRM: Xid` lines since the
+cycle started, and `dcgmi diag -r 1 -j` where DCGM is installed. The rules are data (`RULES`): each
+reading, its limit, and whether crossing it fails the check or only warns. Checked against the real
+nvidia-smi of the lent H200 (driver 580.159.04: tests/unit/fixtures/h200/nvidia-smi-q.xml).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+# reading -> (limit, level, what it means). A reading above its limit (or True for a flag) is a problem.
+RULES: dict[str, dict[str, Any]] = {
+    "ecc_uncorrectable_volatile": {"max": 0, "level": "fail", "why": "uncorrectable ECC errors since the driver loaded"},
+    "ecc_uncorrectable_aggregate": {"max": 0, "level": "warn", "why": "uncorrectable ECC errors over the GPU's life"},
+    "retired_pages_pending": {"max": False, "level": "fail", "why": "pages waiting to be retired (a GPU reset is needed)"},
+    "remapped_rows_pending": {"max": False, "level": "fail", "why": "rows waiting to be remapped (a GPU reset is needed)"},
+    "remapped_rows_failure": {"max": False, "level": "fail", "why": "a row remap failed (the GPU needs service)"},
+    "temperature_c": {"max": 85, "level": "fail", "why": "too hot to measure: its clocks will drop"},
+    # clock-event reasons that make a benchmark lie (the GPU runs below its clocks)
+    "throttle": {"max": [], "level": "fail", "why": "clocks held down by",
+                 "reasons": ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"]},
+    "power_capped": {"max": False, "level": "warn", "why": "clocks limited by the software power cap"},
+    "persistence_off": {"max": False, "level": "warn", "why": "persistence mode is off (each start re-initialises the GPU)"},
+    # XIDs of the hardware and the driver (NVIDIA's XID catalogue): an application's own fault
+    # (13, 31, 43, 45) is a warning, these fail
+    "xid": {"max": [], "level": "fail", "why": "XID events in the kernel log since the cycle started",
+            "fatal": [48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 121, 140]},
+    "dcgm_failed": {"max": [], "level": "fail", "why": "DCGM diagnostic (dcgmi diag -r 1) failed"},
+}
+
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
+
+
+def _text(node: ET.Element | None, path: str) -> str:
+    found = node.find(path) if node is not None else None
+    return (found.text or "").strip() if found is not None else ""
+
+
+def _int(text: str) -> int | None:
+    match = re.match(r"-?\d+", text or "")
+    return int(match.group()) if match else None
+
+
+def _uncorrectable(node: ET.Element | None) -> int | None:
+    """Uncorrectable ECC errors of one scope: current drivers count dram_uncorrectable and
+    sram_uncorrectable_*; older ones double_bit/total. None when ECC is off (N/A)."""
+    if node is None:
+        return None
+    values = [_int(child.text or "") for child in node if "uncorrectable" in child.tag]
+    if not values and node.find("double_bit/total") is not None:
+        values = [_int(_text(node, "double_bit/total"))]
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def parse_smi_xml(text: str) -> list[dict[str, Any]]:
+    """Each GPU's readings from `nvidia-smi -q -x`, or a ValueError naming what is wrong."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ValueError("nvidia-smi -q -x gave no XML (%s)" % err) from None
+    gpus = []
+    for gpu in root.findall("gpu"):
+        reasons = gpu.find("clocks_event_reasons")
+        if reasons is None:  # drivers before 535 name them throttle reasons
+            reasons = gpu.find("clocks_throttle_reasons")
+        active = []
+        for child in reasons if reasons is not None else []:
+            if (child.text or "").strip() == "Active":
+                active.append(re.sub(r"^clocks?_(?:event|throttle)_reasons?_", "", child.tag))
+        gpus.append({
+            "index": _int(_text(gpu, "minor_number")),
+            "uuid": _text(gpu, "uuid"),
+            "name": _text(gpu, "product_name"),
+            "pci": gpu.get("id", ""),
+            "persistence_off": _text(gpu, "persistence_mode") == "Disabled",
+            "temperature_c": _int(_text(gpu, "temperature/gpu_temp")),
+            "ecc_uncorrectable_volatile": _uncorrectable(gpu.find("ecc_errors/volatile")),
+            "ecc_uncorrectable_aggregate": _uncorrectable(gpu.find("ecc_errors/aggregate")),
+            "retired_pages_pending": _text(gpu, "retired_pages/pending_retirement") == "Yes",
+            "remapped_rows_pending": _text(gpu, "remapped_rows/remapped_row_pending") == "Yes",
+            "remapped_rows_failure": _text(gpu, "remapped_rows/remapped_row_failure") == "Yes",
+            "throttle": sorted(r for r in active if r in RULES["throttle"]["reasons"]),
+            "power_capped": "sw_power_cap" in active,
+            "clock_events": sorted(active),
+        })
+    if not gpus:
+        raise ValueError("nvidia-smi -q -x listed no GPU")
+    return gpus
+
+
+def xid_events(log: str) -> list[dict[str, Any]]:
+    """`NVRM: Xid (PCI:...): N, ...` lines of a kernel log: pci, xid, the rest of the line."""
+    events = []
+    for line in log.splitlines():
+        match = XID_LINE.search(line)
+        if match:
+            events.append({"pci": match.group("pci"), "xid": int(match.group("xid")),
+                           "line": line.strip()[:300]})
+    return events
+
+
+def _same_pci(smi_id: str, kernel_id: str) -> bool:
+    """nvidia-smi's 00000000:00:06.0 and the kernel's 0000:00:06 (or 0000:00:06.0) are one device."""
+    def norm(text: str) -> str:
+        parts = text.lower().split(":")
+        if len(parts) >= 3:
+            parts[0] = parts[0][-4:]
+        return ":".join(parts).split(".")[0]
+    return norm(smi_id) == norm(kernel_id)
+
+
+def dcgm_failures(text: str) -> list[str]:
+    """The names of the tests a `dcgmi diag -j` JSON marks failed ("Fail" as a result or status)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ["dcgmi diag gave no JSON: " + text.strip()[:200]]
+    failed: list[str] = []
+
+    def walk(node: Any, name: str) -> None:
+        if isinstance(node, dict):
+            label = str(node.get("test_name") or node.get("name") or name)
+            status = str(node.get("status") or node.get("result") or "")
+            if status.lower() == "fail":
+                failed.append(label)
+            for key, value in node.items():
+                walk(value, label if key in ("results", "status", "result") else str(key))
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, name)
+    walk(data, "dcgm")
+    return sorted(set(failed))
+
+
+def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: list[str] | None,
+          overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Problems (fail) and warnings, each naming the GPU, the reading and its value. `xids` None:
+    the kernel log could not be read (said, not failed); `dcgm` None: not run."""
+    rules = {k: dict(v, **((overrides or {}).get(k) or {})) for k, v in RULES.items()}
+    problems: list[str] = []
+    warnings: list[str] = []
+    for gpu in gpus:
+        gpu["xid"] = sorted({e["xid"] for e in xids or [] if _same_pci(gpu["pci"], e["pci"])})
+        gpu["problems"] = []
+        name = "GPU %s (%s, %s)" % (gpu["index"], gpu["name"], gpu["uuid"] or gpu["pci"])
+        for key, rule in rules.items():
+            value = gpu.get(key)
+            if key == "xid":
+                bad = [x for x in value if x in rule["fatal"]]
+                soft = [x for x in value if x not in rule["fatal"]]
+                if soft:
+                    warnings.append("%s: XID %s in the kernel log since the cycle started (application faults)"
+                                    % (name, ", ".join(map(str, soft))))
+                value = bad
+            if value is None or key == "dcgm_failed":
+                continue
+            crossed = bool(value) if isinstance(rule["max"], (bool, list)) else value > rule["max"]
+            if crossed:
+                text = "%s: %s=%s (%s%s)" % (name, key, ",".join(map(str, value)) if isinstance(value, list) else value,
+                                            rule["why"], "" if isinstance(rule["max"], (bool, list)) else "; limit %s" % rule["max"])
+                (problems if rule["level"] == "fail" else warnings).append(text)
+                gpu["problems"].append(key)
+    unmatched = [e for e in xids or [] if not any(_same_pci(g["pci"], e["pci"]) for g in gpus)]
+    for event in unmatched:
+        problems.append("XID %d on PCI %s (no GPU nvidia-smi lists): %s" % (event["xid"], event["pci"], event["line"]))
+    if dcgm:
+        problems.append("dcgmi diag -r 1: %s failed (%s)" % (", ".join(dcgm), rules["dcgm_failed"]["why"]))
+    if xids is None:
+        warnings.append("the kernel log could not be read: XID events unknown")
+    return {"healthy": not problems, "problems": problems, "warnings": warnings, "gpus": gpus}

@@ -1,0 +1,131 @@
+"""A host returns to service only with healthy GPUs, and the results go where operators look. The lab
+host gets the nvidia-smi double serving the REAL H200's `nvidia-smi -q -x` (tests/unit/fixtures/h200),
+or a fault made from it by changing one reading. The cycle's node_exporter textfile is read back by
+prometheus_client's parser, its JUnit file by junitparser, and its Grafana annotation is received by a
+loopback double of Grafana's API that checks the token and the body."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CONTAINER, ROOT, env, playbook, playbook_cmd, sh
+from junitparser import Failure, JUnitXml
+from prometheus_client.parser import text_string_to_metric_families
+from test_guarantees import pid, router, with_router
+
+H200 = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
+TOKEN = "glsa_bcTestToken_7f3e9a"
+FAULTS = {
+    "remapped_rows_pending=True": ("<remapped_row_pending>No", "<remapped_row_pending>Yes"),
+    "ecc_uncorrectable_volatile=2": ("<dram_uncorrectable>0<", "<dram_uncorrectable>2<"),
+    "retired_pages_pending=True": ("<pending_retirement>N/A", "<pending_retirement>Yes"),
+    "throttle=hw_thermal_slowdown": ("<clocks_event_reason_hw_thermal_slowdown>Not Active",
+                                     "<clocks_event_reason_hw_thermal_slowdown>Active"),
+}
+
+
+def serve_report(text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as fh:
+        fh.write(text)
+    sh("mkdir -p /etc/bc-double")
+    subprocess.run(["podman", "cp", fh.name, f"{CONTAINER}:/etc/bc-double/nvidia-smi-q.xml"], check=True)
+    Path(fh.name).unlink()
+
+
+@pytest.fixture
+def gpu_lab(llama):
+    subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/nvidia_smi.py"), f"{CONTAINER}:/usr/local/bin/nvidia-smi"], check=True)
+    sh("chmod 755 /usr/local/bin/nvidia-smi")
+    serve_report(H200)
+    yield llama
+    sh("rm -f /usr/local/bin/nvidia-smi; rm -rf /etc/bc-double /var/lib/node-exporter")
+
+
+@pytest.mark.parametrize("reading", sorted(FAULTS))
+def test_a_sick_gpu_gets_no_benchmark_and_nothing_is_stopped(gpu_lab, reading, reliability):
+    serve_report(H200.replace(*FAULTS[reading], 1))
+    before = pid()
+    run = playbook("benchmark_cycle.yml", extra_vars=with_router())
+    out = " ".join(run.out.split())
+    assert run.rc != 0 and "GPU health (pre) on lab1: GPU 0 (NVIDIA H200, GPU-17e71e43" in out, out[-3000:]
+    assert reading in out and "Nothing was stopped" in out
+    assert pid() == before and router() == []  # never drained, never out of the router
+    reliability(fault="sick GPU before the cycle (%s)" % reading, injected="the real H200 nvidia-smi -q -x with %s" % reading,
+                did="refused in the preflight naming the GPU and the reading; nothing drained or stopped",
+                service_after="active, untouched (same PID)", data_kept="-", detect_s=None, run_s=run.seconds)
+
+
+def cycle_turning_sick(extra: dict, tmp: Path) -> tuple[int, str, Path]:
+    """A cycle whose GPU goes bad during its sweep (the report changes once the sweep has started)."""
+    log, junit = tmp / "events.jsonl", tmp / "junit.xml"
+    proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, text=True,
+                            env=env(BC_CYCLE_EVENT_LOG=str(log), BC_CYCLE_JUNIT=str(junit)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and '"task": "gpu_benchmark : Sweep tp1 torch"' not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.1)
+    serve_report(H200.replace(*FAULTS["throttle=hw_thermal_slowdown"], 1))
+    out, _ = proc.communicate(timeout=600)
+    return proc.returncode, out, junit
+
+
+@pytest.mark.parametrize("policy", ["unrouted", "serve"])
+def test_a_gpu_that_goes_bad_during_the_sweep_fails_the_cycle_and_the_policy_decides_the_router(
+        gpu_lab, policy, tmp_path, reliability):
+    from doubles.grafana_api import Grafana
+    grafana = Grafana(TOKEN)
+    try:
+        extra = with_router({"bc_gpu_health_policy": policy, "bc_textfile_dir": "/var/lib/node-exporter",
+                             "bc_grafana_annotation": {"url": grafana.url, "token": TOKEN, "tags": ["lab"]}})
+        sh("mkdir -p /var/lib/node-exporter")
+        started = time.monotonic()
+        rc, out, junit = cycle_turning_sick(extra, tmp_path)
+        flat = " ".join(out.split())
+        assert rc != 0 and "GPU health after the sweep: GPU 0 (NVIDIA H200" in flat, flat[-3000:]
+        assert "throttle=hw_thermal_slowdown" in flat and "the service was started again and answers correctly" in flat
+        assert router() == (["remove"] if policy == "unrouted" else ["remove", "restore"])
+        assert ("stays OUT of the router" in flat) is (policy == "unrouted")
+        assert TOKEN not in out
+        # node_exporter's textfile on the host, read back by a real Prometheus parser
+        fam = {f.name: f for f in text_string_to_metric_families(sh("cat /var/lib/node-exporter/benchmark_cycle_llama-lab.prom"))}
+        assert fam["benchmark_cycle_success"].samples[0].value == 0
+        health = {s.labels["phase"]: s.value for s in fam["benchmark_cycle_gpu_healthy"].samples}
+        assert health == {"pre": 1, "post": 0}
+        assert fam["benchmark_cycle_downtime_seconds"].samples[0].value > 0
+        assert {s.labels["m"] for s in fam["benchmark_cycle_sweep_point_seconds"].samples} == {"1", "2", "4", "8", "16", "32", "64"}
+        # the JUnit file, read by a JUnit parser: a case per step, the sweep's GPU failure on its step
+        cases = {c.name: c for suite in JUnitXml.fromfile(str(junit)) for c in suite}
+        assert {"cycle_lock", "service_unit", "service_drain", "gpu_benchmark", "service_start", "service_readiness",
+                "gpu_health"} <= set(cases)
+        assert cases["service_readiness"].result == [] and cases["cycle_lock"].result == []
+        assert any(isinstance(r, Failure) for r in cases["playbook: Cycle"].result)
+        # what Grafana received: one annotation of the window, with the token, tagged as failed
+        assert len(grafana.annotations) == 1, grafana.received
+        note = grafana.annotations[0]
+        assert {"benchmark-cycle", "lab1", "llama-lab", "failed", "lab"} <= set(note["tags"])
+        assert 0 < note["timeEnd"] - note["time"] <= (time.monotonic() - started) * 1000 + 1000
+        assert grafana.received[0]["headers"]["Authorization"] == "Bearer " + TOKEN
+    finally:
+        grafana.close()
+    reliability(fault="GPU goes bad during the sweep (policy %s)" % policy,
+                injected="the H200 report turns to hw_thermal_slowdown once the sweep started",
+                did="post-check named it; the service was started and serves; router %s; the play failed; textfile, JUnit "
+                    "and the Grafana annotation say so" % ("NOT restored" if policy == "unrouted" else "restored"),
+                service_after="active, answers 2+2=4", data_kept="full results", detect_s=None, run_s=None)
+
+
+def test_a_grafana_that_refuses_the_token_is_a_warning_not_a_failed_cycle(gpu_lab):
+    from doubles.grafana_api import Grafana
+    grafana = Grafana("another-token")
+    try:
+        run = playbook("benchmark_cycle.yml", extra_vars={"bc_grafana_annotation": {"url": grafana.url, "token": TOKEN}})
+        assert run.rc == 0, run.out[-3000:]
+        assert "WARNING: the Grafana annotation failed: HTTP 401" in run.out and TOKEN not in run.out
+        assert json.loads(grafana.received[0]["body"])["text"].startswith("benchmark cycle on lab1")
+    finally:
+        grafana.close()

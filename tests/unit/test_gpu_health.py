@@ -1,0 +1,144 @@
+"""The GPU health check: the real nvidia-smi -q -x of the lent H200 (driver 580.159.04, captured by
+tests/gpu/probe_release.sh) reads healthy; each unhealthy reading, made from that same real report by
+changing one value, is caught and named; the module through the real ansible CLI with the nvidia-smi
+double serving those reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, xid_events
+from test_modules_adhoc import adhoc
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
+SMI = ROOT / "tests/doubles/nvidia_smi.py"
+
+
+def faulty(old: str, new: str, text: str = H200) -> str:
+    """The real report with one reading changed (the test fails if the reading is not there)."""
+    assert text.count(old) >= 1, old
+    return text.replace(old, new, 1)
+
+
+def test_the_real_h200_reads_healthy():
+    gpus = parse_smi_xml(H200)
+    assert len(gpus) == 1
+    g = gpus[0]
+    assert (g["index"], g["name"], g["uuid"]) == (0, "NVIDIA H200", "GPU-17e71e43-915a-9ef6-d571-5812c9a8a04b")
+    assert g["temperature_c"] == 33 and g["ecc_uncorrectable_volatile"] == 0 and g["ecc_uncorrectable_aggregate"] == 0
+    assert g["throttle"] == [] and not g["persistence_off"] and not g["remapped_rows_pending"]
+    assert g["clock_events"] == ["gpu_idle"]  # idle is not a throttle
+    verdict = judge(gpus, [], [])
+    assert verdict["healthy"] and verdict["problems"] == [] and verdict["warnings"] == []
+
+
+@pytest.mark.parametrize(("old", "new", "reading", "level"), [
+    ("<remapped_row_pending>No</remapped_row_pending>", "<remapped_row_pending>Yes</remapped_row_pending>",
+     "remapped_rows_pending=True", "fail"),
+    ("<remapped_row_failure>No</remapped_row_failure>", "<remapped_row_failure>Yes</remapped_row_failure>",
+     "remapped_rows_failure=True", "fail"),
+    ("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>2</dram_uncorrectable>",
+     "ecc_uncorrectable_volatile=2", "fail"),
+    ("<pending_retirement>N/A</pending_retirement>", "<pending_retirement>Yes</pending_retirement>",
+     "retired_pages_pending=True", "fail"),
+    ("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>91 C</gpu_temp>", "temperature_c=91", "fail"),
+    ("<clocks_event_reason_hw_thermal_slowdown>Not Active", "<clocks_event_reason_hw_thermal_slowdown>Active",
+     "throttle=hw_thermal_slowdown", "fail"),
+    ("<clocks_event_reason_sw_power_cap>Not Active", "<clocks_event_reason_sw_power_cap>Active", "power_capped=True", "warn"),
+    ("<persistence_mode>Enabled</persistence_mode>", "<persistence_mode>Disabled</persistence_mode>", "persistence_off=True",
+     "warn"),
+])
+def test_each_unhealthy_reading_is_named_with_its_value(old, new, reading, level):
+    verdict = judge(parse_smi_xml(faulty(old, new)), [], [])
+    found = verdict["problems"] if level == "fail" else verdict["warnings"]
+    assert any(reading in p and p.startswith("GPU 0 (NVIDIA H200, GPU-17e71e43") for p in found), verdict
+    assert verdict["healthy"] is (level == "warn")
+
+
+def test_aggregate_ecc_warns_and_volatile_fails():
+    aggregate = H200.split("<aggregate>")[0] + "<aggregate>" + H200.split("<aggregate>")[1].replace(
+        "<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>3</dram_uncorrectable>", 1)
+    verdict = judge(parse_smi_xml(aggregate), [], [])
+    assert verdict["healthy"] and any("ecc_uncorrectable_aggregate=3" in w for w in verdict["warnings"])
+
+
+def test_xids_since_the_start_are_matched_to_their_gpu_and_judged_by_kind():
+    log = ("1796126000.1 kernel: NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.\n"
+           "1796126001.2 kernel: NVRM: Xid (PCI:0000:00:06): 13, pid=1234, Graphics Exception\n"
+           "1796126002.0 kernel: NVRM: Xid (PCI:0000:41:00): 48, An uncorrectable double bit error\n"
+           "1796126003.0 kernel: usb 1-1: new device\n")
+    events = xid_events(log)
+    assert [e["xid"] for e in events] == [79, 13, 48]
+    verdict = judge(parse_smi_xml(H200), events, [])
+    assert not verdict["healthy"]
+    assert any("xid=79" in p for p in verdict["problems"])  # fallen off the bus: hardware
+    assert any("XID 13" in w and "application faults" in w for w in verdict["warnings"])
+    assert any("XID 48 on PCI 0000:41:00 (no GPU nvidia-smi lists)" in p for p in verdict["problems"])
+    assert not judge(parse_smi_xml(H200), None, [])["problems"]
+    assert "XID events unknown" in judge(parse_smi_xml(H200), None, [])["warnings"][0]
+
+
+def test_rules_are_data_and_overridable():
+    warm = faulty("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>82 C</gpu_temp>")
+    assert judge(parse_smi_xml(warm), [], [])["healthy"]
+    assert not judge(parse_smi_xml(warm), [], [], {"temperature_c": {"max": 80}})["healthy"]
+
+
+def test_dcgm_failures_and_garbage():
+    report = {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [
+        {"name": "Denylist", "results": [{"gpu_id": "0", "status": "Pass"}]},
+        {"name": "GPU Memory", "results": [{"gpu_id": "0", "status": "Fail", "warnings": [{"warning": "row remap"}]}]}]}]}}
+    assert dcgm_failures(json.dumps(report)) == ["GPU Memory"]
+    assert dcgm_failures("Error: unable to connect to host engine")[0].startswith("dcgmi diag gave no JSON")
+    verdict = judge(parse_smi_xml(H200), [], ["GPU Memory"])
+    assert not verdict["healthy"] and "dcgmi diag -r 1: GPU Memory failed" in verdict["problems"][0]
+
+
+def test_no_xml_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="gave no XML"):
+        parse_smi_xml("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    with pytest.raises(ValueError, match="listed no GPU"):
+        parse_smi_xml("<nvidia_smi_log></nvidia_smi_log>")
+
+
+# -- the module, with the nvidia-smi double on PATH serving a report --------------------------------
+def module_with(tmp_path: Path, xml: str | None, args: dict | None = None) -> dict:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, SMI))
+    (bindir / "nvidia-smi").chmod(0o755)
+    report = tmp_path / "q.xml"
+    if xml is not None:
+        report.write_text(xml)
+    old = dict(os.environ)
+    os.environ.update(PATH="%s:%s" % (bindir, os.environ["PATH"]), BC_DOUBLE_SMI_XML=str(report))
+    try:
+        return adhoc("gpu_health", dict({"dcgm": "never"}, **(args or {})))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def test_the_module_reads_the_real_report_healthy(tmp_path):
+    r = module_with(tmp_path, H200)
+    assert r["_status"] == "SUCCESS" and r["checked"] and r["healthy"] and r["gpus"][0]["uuid"].startswith("GPU-17e71e43")
+
+
+def test_the_module_names_a_remap_pending_and_never_fails_itself(tmp_path):
+    r = module_with(tmp_path, faulty("<remapped_row_pending>No", "<remapped_row_pending>Yes"))
+    assert r["_status"] == "SUCCESS" and not r["healthy"] and "remapped_rows_pending=True" in r["problems"][0]
+
+
+def test_a_gpu_that_cannot_be_read_is_not_healthy(tmp_path):
+    r = module_with(tmp_path, None)  # the double's "No devices were found", exit 6
+    assert r["_status"] == "SUCCESS" and not r["healthy"] and "nvidia-smi -q -x exited 6" in r["problems"][0]
+
+
+def test_the_module_refuses_an_unknown_rule(tmp_path):
+    r = module_with(tmp_path, H200, {"rules": {"temprature_c": {"max": 80}}})
+    assert r["_status"] == "FAILED!" and "unknown reading(s) temprature_c" in r["msg"]
