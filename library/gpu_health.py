@@ -15,7 +15,7 @@ description:
     mode), the kernel log's C(NVRM Xid) lines since O(since), and C(dcgmi diag -r 1 -j) where DCGM is
     installed (O(dcgm)).
   - Judges them by rules that are data (module_utils/bc_gpuhealth.py C(RULES), overridable with
-    O(rules)), and returns RV(healthy), the RV(problems) and RV(warnings) each naming the GPU, the
+    O(rules)), and returns RV(healthy), the RV(problems) and RV(concerns) each naming the GPU, the
     reading and its value. It never fails for an unhealthy GPU; the caller decides. A hung
     nvidia-smi (a wedged GPU) is a problem, not a hung task.
   - A host without nvidia-smi has no GPU to judge, RV(checked) is false and RV(healthy) true.
@@ -70,7 +70,7 @@ problems:
   type: list
   elements: str
   sample: ["GPU 0 (NVIDIA H200, GPU-17e7...): remapped_rows_pending=True (rows waiting to be remapped (a GPU reset is needed))"]
-warnings:
+concerns:
   description: What only warns (persistence off, aggregate ECC, application XIDs, an unreadable kernel log).
   returned: always
   type: list
@@ -161,7 +161,7 @@ def main() -> None:
     now = time.time()
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
-        module.exit_json(changed=False, checked=False, healthy=True, problems=[], warnings=[], gpus=[], xid_events=[],
+        module.exit_json(changed=False, checked=False, healthy=True, problems=[], concerns=[], gpus=[], xid_events=[],
                          kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now,
                          msg="no nvidia-smi on this host: no GPU to judge")
     try:
@@ -171,7 +171,7 @@ def main() -> None:
         gpus = parse_smi_xml(out)
     except (CommandError, ValueError) as err:  # a GPU that cannot be read is not a healthy one
         module.exit_json(changed=False, checked=True, healthy=False, problems=["%s (a wedged GPU or driver?)" % err],
-                         warnings=[], gpus=[], xid_events=None, kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now)
+                         concerns=[], gpus=[], xid_events=None, kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now)
     if p["devices"]:
         gpus = [g for g in gpus if g["index"] in p["devices"]]
     since = p["since"] or (now - p["within_s"] if p["within_s"] > 0 else 0)
@@ -187,6 +187,7 @@ def main() -> None:
     elif p["dcgm"] == "always":
         dcgm = {"ran": False, "failed": ["dcgmi is not installed (dcgm=always)"]}
     verdict = judge(gpus, xids, dcgm["failed"], p["rules"])
+    verdict["concerns"] = verdict.pop("warnings")  # `warnings` is Ansible's own key: it would be taken out of the result
     module.exit_json(changed=False, checked=True, xid_events=xids, kernel_log=source, dcgm=dcgm, host_time=now, **verdict)
 
 

@@ -47,7 +47,7 @@ UNIT=sglang-k26-ddtree
 play() {  # $1: a name for the logs; the rest: ansible-playbook's arguments
   local name=$1 t; shift; t=$(date +%s.%N)
   sd env PYTHONPATH="/tmp/ansible-site:$PYTHONPATH" ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_FORCE_COLOR=0 \
-    ANSIBLE_CALLBACKS_ENABLED=benchmark_cycle_progress BC_CYCLE_EVENT_LOG="$W/events-$name.jsonl" \
+    ANSIBLE_CALLBACKS_ENABLED=benchmark_cycle_progress BC_CYCLE_EVENT_LOG="$W/events-$name.jsonl" BC_CYCLE_JUNIT="$W/junit-$name.xml" \
     python3 /tmp/ansible-site/bin/ansible-playbook -e @"$W/gpu-vars.json" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   log "$name: rc=$rc in $(since "$t") s; $(grep -E '^[a-z0-9]+ +: ok=' "$W/$name.log" | tail -1 | tr -s ' ')"
@@ -66,9 +66,11 @@ print(json.dumps({"bc_stop_policy": sys.argv[1], "bc_lb_remove": {"argv": ["/tmp
                 "bc_engine_settings": {"model_path": "/opt/models/kimi-tiny", "served_model_name": "kimi-k2.6", "tp_size": 1,
                                        "host": "127.0.0.1", "mem_fraction_static": 0.92, "enable_metrics": True,
                                        "cuda_graph_max_bs": 8, "watchdog_timeout": 900, "enable_memory_saver": sys.argv[2] == "on"},
-                "bc_sweep_tp_sizes": [1], "bc_sweep_batch_sizes": [1, 4, 16, 64, 256, 1024], "bc_sweep_iters": 10}))
+                "bc_sweep_tp_sizes": [1], "bc_sweep_batch_sizes": [1, 4, 16, 64, 256, 1024], "bc_sweep_iters": 10,
+                "bc_textfile_dir": "/tmp/bc-textfile"}))
 PY
 }
+mkdir -p /tmp/bc-textfile
 if [ "$SCENARIO" = release ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
   play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(site always on)"
 else
@@ -178,6 +180,8 @@ PY
     log "$(downtime "$1")"
     log "$1: $(grep -o 'the sweep [a-z ]*fits[^)]*)' "$W/$1.log" | head -1); freed: $(grep -oE 'freed_mib.{0,3}[0-9-]+' "$W/$1.log" | head -1)"
     log "$1: after: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+    log "$1: $(grep -oE 'GPU health \((pre|post)\)[^"]*|healthy: (true|false)' "$W/$1.log" | sort | uniq -c | tr '\n' ' ')"
+    cp /tmp/bc-textfile/*.prom "$W/textfile-$1.prom" 2>/dev/null
     journal "$1"
   }
   # provisioned with the saver on: auto must release; then the same cycle with a stop; then the saver off
