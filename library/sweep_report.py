@@ -21,6 +21,10 @@ options:
   host: {description: Inventory name of the host the sweep ran on., type: str, required: true}
   stamp: {description: Timestamp of the cycle (names the run)., type: str, required: true}
   history: {description: The history file shared by all cycles., type: path, required: true}
+  gpu_health:
+    description: The cycle's GPU health readings by phase (pre, post), for the report and the history line.
+    type: dict
+    default: {}
   plot:
     description: Also draw the PNG (needs matplotlib on the controller); a failed plot is a warning, never a lost history line.
     type: bool
@@ -85,6 +89,7 @@ def main() -> None:
             "stamp": {"type": "str", "required": True},
             "history": {"type": "path", "required": True},
             "plot": {"type": "bool", "default": True},
+            "gpu_health": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -102,7 +107,7 @@ def main() -> None:
     history = read_history(p["history"])
     prev = previous_run(history, p["host"], primary, p["stamp"])
     try:
-        text = render(p["host"], p["stamp"], primary, reference, prev, os.path.basename(png_path))
+        text = render(p["host"], p["stamp"], primary, reference, prev, os.path.basename(png_path), p["gpu_health"])
     except (KeyError, TypeError, ValueError) as err:
         module.fail_json(msg="cannot render the report of %s: the result lacks %s" % (p["result"], err))
     if module.check_mode:
@@ -112,7 +117,7 @@ def main() -> None:
     # the history line first: a plot that fails (no matplotlib, a full disk) must not lose it
     os.makedirs(os.path.dirname(p["history"]) or ".", exist_ok=True)
     with open(p["history"], "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(history_line(p["host"], p["stamp"], primary, report_path), sort_keys=True) + "\n")
+        fh.write(json.dumps(history_line(p["host"], p["stamp"], primary, report_path, p["gpu_health"]), sort_keys=True) + "\n")
     plotted = None
     if p["plot"]:
         title = "%s %s tp%s %s" % (p["host"], p["stamp"], primary.get("tp_size"), primary.get("backend"))

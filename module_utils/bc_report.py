@@ -38,12 +38,25 @@ def previous_run(history: list[dict[str, Any]], host: str, result: dict[str, Any
     return same[-1] if same else None
 
 
-def history_line(host: str, stamp: str, result: dict[str, Any], report: str) -> dict[str, Any]:
+def health_summary(health: dict[str, Any] | None) -> dict[str, Any]:
+    """The GPU health readings of the cycle, per phase: healthy, the problems, and per GPU its
+    temperature, volatile uncorrectable ECC errors and XIDs (what the history keeps)."""
+    out = {}
+    for phase, report in sorted((health or {}).items()):
+        out[phase] = {"healthy": report.get("healthy"), "problems": report.get("problems", []),
+                      "gpus": [{k: g.get(k) for k in ("index", "uuid", "temperature_c", "ecc_uncorrectable_volatile", "xid")}
+                               for g in report.get("gpus", [])]}
+    return out
+
+
+def history_line(host: str, stamp: str, result: dict[str, Any], report: str,
+                 health: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "stamp": stamp, "host": host, "shape_key": shape_key(result), "tp_size": result.get("tp_size"),
         "backend": result["backend"], "ran_on": result.get("ran_on"), "gpu": result.get("environment", {}).get("gpu"),
         "knee_m": result.get("knee_m"), "plateau_ms": result.get("plateau_ms"),
         "points": [{"m": p["m"], "ms": p["ms"]} for p in result["points"]], "report": report,
+        "gpu_health": health_summary(health),
     }
 
 
@@ -81,7 +94,7 @@ def plot(path: str, title: str, primary: dict[str, Any], reference: dict[str, An
 
 
 def render(host: str, stamp: str, primary: dict[str, Any], reference: dict[str, Any] | None,
-           previous: dict[str, Any] | None, png_name: str) -> str:
+           previous: dict[str, Any] | None, png_name: str, health: dict[str, Any] | None = None) -> str:
     env = primary.get("environment", {})
     s = primary["shape"]
     table_src = dict(primary)
@@ -113,4 +126,14 @@ def render(host: str, stamp: str, primary: dict[str, Any], reference: dict[str, 
         lines += ["| %d | %.4f | %.4f | %.3f |" % (r["m"], r["current"], r["previous"], r["ratio"]) for r in cmp_rows]
     else:
         lines += ["No earlier run of this host and shape to compare with."]
+    summary = health_summary(health)
+    if summary:
+        lines += ["", "## GPU health", "", "| check | healthy | GPU | temperature C | uncorrectable ECC | XIDs | problems |",
+                  "|---|---|---:|---:|---:|---|---|"]
+        for phase, report in summary.items():
+            for gpu in report["gpus"] or [{}]:
+                lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                    phase, "yes" if report["healthy"] else "**NO**", gpu.get("index", "-"), gpu.get("temperature_c", "-"),
+                    gpu.get("ecc_uncorrectable_volatile", "-"), ",".join(map(str, gpu.get("xid") or [])) or "-",
+                    "; ".join(report["problems"]).replace("|", "/") or "-"))
     return "\n".join(lines) + "\n"

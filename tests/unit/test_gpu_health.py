@@ -142,3 +142,20 @@ def test_a_gpu_that_cannot_be_read_is_not_healthy(tmp_path):
 def test_the_module_refuses_an_unknown_rule(tmp_path):
     r = module_with(tmp_path, H200, {"rules": {"temprature_c": {"max": 80}}})
     assert r["_status"] == "FAILED!" and "unknown reading(s) temprature_c" in r["msg"]
+
+
+def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):
+    from ansible.module_utils.bc_gpuhealth import judge as judge_
+    pre = judge_(parse_smi_xml(H200), [], [])
+    post = judge_(parse_smi_xml(faulty("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>91 C</gpu_temp>")), [], [])
+    health = {p: dict(v, healthy=v["healthy"], host_time=1.0) for p, v in (("pre", pre), ("post", post))}
+    result = tmp_path / "sweep-tp1-sglang.json"
+    result.write_text((ROOT / "tests/unit/fixtures/h200/sweep-tp1-sglang-k26.json").read_text())
+    history = tmp_path / "history.jsonl"
+    r = adhoc("sweep_report", {"result": str(result), "host": "h200", "stamp": "20261201T000000Z", "history": str(history),
+                               "plot": False, "gpu_health": json.loads(json.dumps(health))})
+    assert r["_status"] == "CHANGED", r
+    report = Path(r["report"]).read_text()
+    assert "## GPU health" in report and "| post | **NO** | 0 | 91 |" in report and "temperature_c=91" in report
+    line = json.loads(history.read_text())
+    assert line["gpu_health"]["pre"]["healthy"] is True and line["gpu_health"]["post"]["gpus"][0]["temperature_c"] == 91
