@@ -246,6 +246,9 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
             problems.append("bc_grafana_annotation needs url: http(s)://<grafana> and token: <a service account token>")
         elif not isinstance(grafana.get("token"), str) or not grafana["token"] or re.search(r"\s", grafana["token"]):
             problems.append("bc_grafana_annotation.token is missing or holds whitespace (the value is not shown)")
+        if isinstance(grafana, dict) and not (isinstance(grafana.get("tags", []), list)
+                                              and all(isinstance(t, str) for t in grafana.get("tags", []))):
+            problems.append("bc_grafana_annotation.tags must be a list of strings, e.g. [ct200, gpu-fleet]")
     if v.get("bc_results_dir") is not None and not str(v["bc_results_dir"]).startswith("/"):
         problems.append("bc_results_dir=%s: give an absolute path (under AWX, a volume that outlives the job)" % v["bc_results_dir"])
     try:

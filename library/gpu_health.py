@@ -44,6 +44,11 @@ options:
     default: auto
   rules: {description: "Overrides of the rules, e.g. C({temperature_c: {max: 80}})", type: dict, default: {}}
   command_timeout: {description: Seconds each command may take (dcgmi diag -r 1 takes about a minute)., type: float, default: 120}
+  phase:
+    description: C(post) right after a sweep, where temperature and thermal clock events only warn (the sweep's own heat).
+    type: str
+    choices: [pre, post]
+    default: pre
 seealso:
   - name: NVIDIA XID catalogue
     description: What each XID means.
@@ -97,6 +102,7 @@ host_time:
   sample: 1796126000.5
 """
 
+import re
 import time
 from typing import Any
 
@@ -126,8 +132,22 @@ def kernel_log(module: AnsibleModule, since: float, timeout: float) -> tuple[lis
         except CommandError:
             rc, out = 1, ""
         if rc == 0 and out.strip():
-            return xid_events(out), "dmesg (since boot: it has no wall-clock times)"
+            # dmesg's [seconds since boot] on the wall clock: the boot time is now - /proc/uptime
+            try:
+                with open("/proc/uptime", encoding="ascii") as fh:
+                    boot = time.time() - float(fh.read().split()[0])
+            except (OSError, ValueError):
+                boot = None
+            recent = [ln for ln in out.splitlines()
+                      if boot is None or _boot_stamp(ln) is None or boot + (_boot_stamp(ln) or 0) >= since]
+            return xid_events("\n".join(recent)), "dmesg"
     return None, "no kernel log readable here (journalctl -k and dmesg show nothing)"
+
+
+def _boot_stamp(line: str) -> float | None:
+    """dmesg's `[  12.345678] ...` stamp: seconds since boot."""
+    match = re.match(r"\[\s*(\d+\.\d+)\]", line)
+    return float(match.group(1)) if match else None
 
 
 def _stamp(line: str) -> float | None:
@@ -147,6 +167,7 @@ def main() -> None:
             "dcgm": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
             "rules": {"type": "dict", "default": {}},
             "command_timeout": {"type": "float", "default": 120},
+            "phase": {"type": "str", "choices": ["pre", "post"], "default": "pre"},
         },
         supports_check_mode=True,
     )
@@ -176,17 +197,25 @@ def main() -> None:
         gpus = [g for g in gpus if g["index"] in p["devices"]]
     since = p["since"] or (now - p["within_s"] if p["within_s"] > 0 else 0)
     xids, source = kernel_log(module, since, p["command_timeout"])
-    dcgm: dict[str, Any] = {"ran": False, "failed": []}
+    dcgm: dict[str, Any] = {"ran": False, "failed": [], "why": ""}
     dcgmi = module.get_bin_path("dcgmi") if p["dcgm"] != "never" else None
     if dcgmi:
         try:
             _rc, dout, derr = host_run([dcgmi, "diag", "-r", "1", "-j"], p["command_timeout"])
-            dcgm = {"ran": True, "failed": dcgm_failures(dout or derr)}
+            failed = dcgm_failures(dout)
+            if failed is None:  # no JSON: its host engine is not running; a problem only when asked for
+                dcgm = {"ran": False, "failed": [], "why": "dcgmi diag gave no JSON: %s" % (derr or dout).strip()[:200]}
+            else:
+                dcgm = {"ran": True, "failed": failed, "why": ""}
         except CommandError as err:
-            dcgm = {"ran": True, "failed": ["dcgmi diag -r 1 did not finish: %s" % err]}
+            dcgm = {"ran": True, "failed": ["dcgmi diag -r 1 did not finish: %s" % err], "why": ""}
     elif p["dcgm"] == "always":
-        dcgm = {"ran": False, "failed": ["dcgmi is not installed (dcgm=always)"]}
-    verdict = judge(gpus, xids, dcgm["failed"], p["rules"])
+        dcgm["why"] = "dcgmi is not installed"
+    if dcgm["why"] and p["dcgm"] == "always":
+        dcgm["failed"] = ["not run (%s; dcgm=always)" % dcgm["why"]]
+    verdict = judge(gpus, xids, dcgm["failed"], p["rules"], p["phase"])
+    if dcgm["why"] and p["dcgm"] == "auto":
+        verdict["warnings"].append("DCGM diagnostic not run: %s" % dcgm["why"])
     verdict["concerns"] = verdict.pop("warnings")  # `warnings` is Ansible's own key: it would be taken out of the result
     module.exit_json(changed=False, checked=True, xid_events=xids, kernel_log=source, dcgm=dcgm, host_time=now, **verdict)
 

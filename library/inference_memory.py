@@ -243,8 +243,9 @@ def main() -> None:
         result = support(prof, p["engine"], answer)
         result["why"] = redact(result["why"], [p["api_key"] or ""])
         module.exit_json(changed=False, **result)
-    if module.check_mode:
-        module.exit_json(changed=True, server_state="serving" if p["state"] == "released" else "released", steps=[],
+    if module.check_mode:  # what would be: released (and the caller resumes it), or serving again
+        module.exit_json(changed=True, server_state="released" if p["state"] == "released" else "serving", steps=[],
+                         released=p["state"] == "released", fell_back=False,
                          msg="check mode: would %s %s" % ("release" if p["state"] == "released" else "resume", base))
     try:
         rel = Release(prof, p["engine"], http, p["timeout"])

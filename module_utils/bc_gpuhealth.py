@@ -29,10 +29,13 @@ RULES: dict[str, dict[str, Any]] = {
                  "reasons": ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"]},
     "power_capped": {"max": False, "level": "warn", "why": "clocks limited by the software power cap"},
     "persistence_off": {"max": False, "level": "warn", "why": "persistence mode is off (each start re-initialises the GPU)"},
-    # XIDs of the hardware and the driver (NVIDIA's XID catalogue): an application's own fault
-    # (13, 31, 43, 45) is a warning, these fail
+    # XIDs in the kernel log: an application's own fault (13, 31, 43, 45 in NVIDIA's XID catalogue) is a
+    # warning; every other one (the hardware, the driver, NVLink, a recovery action) fails
     "xid": {"max": [], "level": "fail", "why": "XID events in the kernel log since the cycle started",
-            "fatal": [48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 121, 140]},
+            "application": [13, 31, 43, 45]},
+    # the driver's own verdict (580+): anything but None (Reset, Reboot, Drain...) needs service
+    "recovery_action": {"max": [], "level": "fail", "why": "the driver asks for a recovery action"},
+    "repair_pending": {"max": [], "level": "fail", "why": "a memory channel or TPC repair is pending (a GPU reset is needed)"},
     "dcgm_failed": {"max": [], "level": "fail", "why": "DCGM diagnostic (dcgmi diag -r 1) failed"},
 }
 
@@ -89,6 +92,9 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
             "remapped_rows_pending": _text(gpu, "remapped_rows/remapped_row_pending") == "Yes",
             "remapped_rows_failure": _text(gpu, "remapped_rows/remapped_row_failure") == "Yes",
             "throttle": sorted(r for r in active if r in RULES["throttle"]["reasons"]),
+            "recovery_action": [a for a in [_text(gpu, "gpu_recovery_action")] if a not in ("", "None", "N/A")],
+            "repair_pending": [k for k in ("channel_repair_pending", "tpc_repair_pending")
+                               if _text(gpu, "ecc_errors/" + k) == "Yes"],
             "power_capped": "sw_power_cap" in active,
             "clock_events": sorted(active),
         })
@@ -118,12 +124,13 @@ def _same_pci(smi_id: str, kernel_id: str) -> bool:
     return norm(smi_id) == norm(kernel_id)
 
 
-def dcgm_failures(text: str) -> list[str]:
-    """The names of the tests a `dcgmi diag -j` JSON marks failed ("Fail" as a result or status)."""
+def dcgm_failures(text: str) -> list[str] | None:
+    """The names of the tests a `dcgmi diag -j` JSON marks failed ("Fail" as a result or status);
+    None when it gave no JSON (DCGM's host engine not running: the diagnostic did not run)."""
     try:
         data = json.loads(text)
     except ValueError:
-        return ["dcgmi diag gave no JSON: " + text.strip()[:200]]
+        return None
     failed: list[str] = []
 
     def walk(node: Any, name: str) -> None:
@@ -141,11 +148,17 @@ def dcgm_failures(text: str) -> list[str]:
     return sorted(set(failed))
 
 
+# right after a heavy sweep a GPU is hot and may be clocked down for it: in the post-check these are
+# warnings (the sweep's own heat), not a GPU that went bad
+POST_SWEEP = {"temperature_c": {"level": "warn"}, "throttle": {"level": "warn"}}
+
+
 def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: list[str] | None,
-          overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+          overrides: dict[str, Any] | None = None, phase: str = "pre") -> dict[str, Any]:
     """Problems (fail) and warnings, each naming the GPU, the reading and its value. `xids` None:
     the kernel log could not be read (said, not failed); `dcgm` None: not run."""
-    rules = {k: dict(v, **((overrides or {}).get(k) or {})) for k, v in RULES.items()}
+    base = {k: dict(v, **(POST_SWEEP.get(k, {}) if phase == "post" else {})) for k, v in RULES.items()}
+    rules = {k: dict(v, **((overrides or {}).get(k) or {})) for k, v in base.items()}
     problems: list[str] = []
     warnings: list[str] = []
     for gpu in gpus:
@@ -155,8 +168,8 @@ def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: l
         for key, rule in rules.items():
             value = gpu.get(key)
             if key == "xid":
-                bad = [x for x in value if x in rule["fatal"]]
-                soft = [x for x in value if x not in rule["fatal"]]
+                bad = [x for x in value if x not in rule["application"]]
+                soft = [x for x in value if x in rule["application"]]
                 if soft:
                     warnings.append("%s: XID %s in the kernel log since the cycle started (application faults)"
                                     % (name, ", ".join(map(str, soft))))

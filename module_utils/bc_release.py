@@ -113,18 +113,24 @@ class Release:
         Any failure before the release answered leaves the server serving (unpaused); a release
         that did not answer 200 leaves it `unknown` (a crashed scheduler looks like this)."""
         if not self.step("pause"):
-            raise ReleaseError("pause failed, nothing released: %s" % self.last_error(), "unknown"
-                               if self.steps[-1]["http_status"] is None else "serving")
+            failed = self.last_error()
+            # a pause that answered may have paused the front end: continue it; no answer at all is unknown
+            if self.steps[-1]["http_status"] is None or not self.step("continue"):
+                raise ReleaseError("pause failed (%s), and generation could not be continued: %s" % (failed, self.last_error()),
+                                   "unknown")
+            raise ReleaseError("pause failed, nothing released, generation continues: %s" % failed, "serving")
         if self.rel["steps"].get("pause"):
             deadline, count = self.clock() + idle_wait_s, self.in_flight()
             while count != 0 and self.clock() < deadline:  # an abort takes a scheduler step or two
                 sleep(0.2)
                 count = self.in_flight()
             if count != 0:
-                self.step("continue")
+                busy = "unknown" if count is None else "%g" % count
+                if not self.step("continue"):  # paused and not continued: not serving
+                    raise ReleaseError("%s is not idle after the pause (%s in flight), and continue failed: %s"
+                                       % (self.engine, busy, self.last_error()), "unknown")
                 raise ReleaseError("%s is not idle after the pause (%s in flight): a release now would kill it, so "
-                                   "nothing was released and generation continues" % (
-                                       self.engine, "unknown" if count is None else "%g" % count), "serving")
+                                   "nothing was released and generation continues" % (self.engine, busy), "serving")
         if not self.step("release"):
             raise ReleaseError("the release failed: %s; the server's memory state is unknown" % self.last_error(),
                                "unknown")

@@ -83,6 +83,23 @@ def test_xids_since_the_start_are_matched_to_their_gpu_and_judged_by_kind():
     assert "XID events unknown" in judge(parse_smi_xml(H200), None, [])["warnings"][0]
 
 
+def test_unknown_xids_and_the_drivers_recovery_action_fail():
+    events = xid_events("1.0 kernel: NVRM: Xid (PCI:0000:00:06): 154, GPU recovery action changed from 0x0 (None) to 0x1 (Reset)")
+    assert any("xid=154" in p for p in judge(parse_smi_xml(H200), events, [])["problems"])
+    reset = judge(parse_smi_xml(faulty("<gpu_recovery_action>None<", "<gpu_recovery_action>Reset<")), [], [])
+    assert not reset["healthy"] and "recovery_action=Reset" in reset["problems"][0]
+    repair = judge(parse_smi_xml(faulty("<channel_repair_pending>No<", "<channel_repair_pending>Yes<")), [], [])
+    assert not repair["healthy"] and "repair_pending=channel_repair_pending" in repair["problems"][0]
+
+
+def test_after_the_sweep_its_own_heat_only_warns():
+    hot = parse_smi_xml(faulty("<clocks_event_reason_sw_thermal_slowdown>Not Active", "<clocks_event_reason_sw_thermal_slowdown>Active",
+                               faulty("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>88 C</gpu_temp>")))
+    assert not judge([dict(g) for g in hot], [], [])["healthy"]  # before a cycle: too hot to measure
+    post = judge([dict(g) for g in hot], [], [], phase="post")
+    assert post["healthy"] and len(post["warnings"]) == 2
+
+
 def test_rules_are_data_and_overridable():
     warm = faulty("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>82 C</gpu_temp>")
     assert judge(parse_smi_xml(warm), [], [])["healthy"]
@@ -94,7 +111,7 @@ def test_dcgm_failures_and_garbage():
         {"name": "Denylist", "results": [{"gpu_id": "0", "status": "Pass"}]},
         {"name": "GPU Memory", "results": [{"gpu_id": "0", "status": "Fail", "warnings": [{"warning": "row remap"}]}]}]}]}}
     assert dcgm_failures(json.dumps(report)) == ["GPU Memory"]
-    assert dcgm_failures("Error: unable to connect to host engine")[0].startswith("dcgmi diag gave no JSON")
+    assert dcgm_failures("Error: unable to connect to host engine") is None  # not run, not failed
     verdict = judge(parse_smi_xml(H200), [], ["GPU Memory"])
     assert not verdict["healthy"] and "dcgmi diag -r 1: GPU Memory failed" in verdict["problems"][0]
 
@@ -137,6 +154,17 @@ def test_the_module_names_a_remap_pending_and_never_fails_itself(tmp_path):
 def test_a_gpu_that_cannot_be_read_is_not_healthy(tmp_path):
     r = module_with(tmp_path, None)  # the double's "No devices were found", exit 6
     assert r["_status"] == "SUCCESS" and not r["healthy"] and "nvidia-smi -q -x exited 6" in r["problems"][0]
+
+
+def test_dcgm_that_cannot_reach_its_host_engine_is_a_concern_unless_required(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dcgmi").write_text("#!/bin/sh\necho 'Error: unable to connect to host engine. Host engine connection invalid.'\nexit 1\n")
+    (bindir / "dcgmi").chmod(0o755)
+    auto = module_with(tmp_path, H200, {"dcgm": "auto"})
+    assert auto["healthy"] and any("DCGM diagnostic not run" in c for c in auto["concerns"]), auto
+    always = module_with(tmp_path, H200, {"dcgm": "always"})
+    assert not always["healthy"] and "unable to connect to host engine" in always["problems"][0]
 
 
 def test_the_module_refuses_an_unknown_rule(tmp_path):
