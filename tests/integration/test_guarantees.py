@@ -244,3 +244,18 @@ def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama)
     assert run.rc == 0, run.out[-3000:]
     assert sh("pgrep -f '[c]c1plus' || true").strip()
     sh("pkill -f '[c]c1plus' || true")
+
+
+def test_a_router_hook_that_fails_stops_the_cycle_before_the_drain(llama, reliability):
+    """The hook runs with failed_when false and no_log (its token): its exit code must still decide."""
+    sh(f"printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\nexit 7\\n' > {HOOK} && chmod +x {HOOK} && rm -f /tmp/lb-log")
+    before = pid()
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_lb_remove": {"argv": [HOOK, "remove", "token-" + KEY]},
+                                                      "bc_lb_restore": {"argv": [HOOK, "restore", "token-" + KEY]}})
+    out = " ".join(run.out.split())
+    assert run.rc != 0 and "the router hook (remove) of lab1 failed: exit 7" in out, out[-3000:]
+    assert pid() == before and router() == ["remove"]  # nothing drained or stopped while the router may still send traffic
+    assert KEY not in run.out
+    reliability(fault="router hook fails", injected="a remove hook that exits 7", did="the cycle stopped before the drain, "
+                "naming the hook and its exit code; nothing stopped", service_after=serving() + " (same PID)", data_kept="-",
+                detect_s=None, run_s=run.seconds)
