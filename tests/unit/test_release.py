@@ -287,3 +287,33 @@ def test_the_module_refuses_bad_input_and_a_missing_device(server, smi_path):
     r = adhoc_with_gpu(s, smi_path, {"state": "released", "device": 3})
     assert r["_status"] == "FAILED!" and r["server_state"] == "serving" and "device 3 is not present" in r["msg"]
     assert completion(s)["choices"][0]["text"] == "4"  # nothing was paused or released
+
+
+# -- what each failed step leaves the server as (the steps' decisions; answers scripted per path) -----
+def scripted(answers: dict[str, list[int | None]], calls: list[str]):
+    """An HTTP exchange that answers each path with the next scripted status (None: no answer), as a
+    front end that fails in that way would; what was asked is recorded."""
+    from ansible.module_utils.bc_health import HttpResult
+
+    def http(method, path, payload, timeout):
+        calls.append(path)
+        status = answers[path].pop(0) if len(answers[path]) > 1 else answers[path][0]
+        body = '{"loads": [{"num_running_reqs": 1, "num_waiting_reqs": 0}]}' if path == "/v1/loads" else '{"error": {"message": "x"}}'
+        return HttpResult(status, body if status else "", error="" if status else "refused")
+    return http
+
+
+@pytest.mark.parametrize(("answers", "state", "asked_continue"), [
+    ({"/pause_generation": [500], "/continue_generation": [200]}, "serving", True),
+    ({"/pause_generation": [500], "/continue_generation": [503]}, "unknown", True),
+    ({"/pause_generation": [None], "/continue_generation": [200]}, "unknown", False),
+    ({"/pause_generation": [200], "/v1/loads": [200], "/continue_generation": [503]}, "unknown", True),
+    ({"/pause_generation": [200], "/v1/loads": [200], "/continue_generation": [200]}, "serving", True),
+])
+def test_a_failed_step_says_what_the_server_is_left_as(answers, state, asked_continue):
+    calls: list[str] = []
+    with pytest.raises(ReleaseError) as err:
+        Release(PROF, "sglang", scripted(answers, calls), 5).release(idle_wait_s=0.2)
+    assert err.value.state == state, str(err.value)
+    assert ("/continue_generation" in calls) is asked_continue
+    assert "/release_memory_occupation" not in calls and "/resume_memory_occupation" not in calls
