@@ -84,7 +84,8 @@ ENGINES: dict[str, dict[str, Any]] = {
         #  - only with --enable-memory-saver: without it the release answers 200 and frees nothing (a cache
         #    flush: 45380 -> 44930 MiB), so what it freed is always measured; /server_info says whether the
         #    server runs with it (`enable_memory_saver`) and how big its KV cache is (memory_usage.kvcache,
-        #    GiB per rank: 41.64 there, 43220 MiB freed)
+        #    GiB per rank: 41.64 there, 43220 MiB freed; managers/scheduler.py 0.5.10:3071, 0.5.16:3879;
+        #    scheduler_components/memory_usage.py 0.5.23:31)
         #  - the release asserts the scheduler is fully idle (a release while busy kills the server): first
         #    pause {"mode": "abort"}, which aborts what is still running (finish_reason "abort") and HOLDS new
         #    requests in the front end until continue (one sent while paused answered 200 after 24.9 s)
