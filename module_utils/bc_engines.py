@@ -19,8 +19,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-PHASES = ("down", "loading", "warming", "ready", "failed")
-
 ENGINES: dict[str, dict[str, Any]] = {
     "sglang": {
         "readiness_path": "/health_generate",  # runs a real 1-token generation

@@ -7,7 +7,6 @@ Standard library only: the module, the filter plugins and the benchmark scripts 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -154,10 +153,6 @@ def median(values: list[float]) -> float:
     if not n:
         raise ValueError("median of no values")
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
-def power_of_two_sizes(upto: int = 1024) -> list[int]:
-    return [2 ** i for i in range(int(math.log2(upto)) + 1)]
 
 
 def per_token(points: list[dict[str, Any]], key: str = "ms") -> list[dict[str, Any]]:
