@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 import sys
@@ -13,6 +12,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
 from bc_engines import profile
+from bc_export import finite_number as _number
 from bc_export import textfile as prom_textfile
 from bc_host import redact as _redact
 from bc_strategy import POLICIES, choose
@@ -194,14 +194,6 @@ def posix_name(name: Any, field: str) -> str:
     if not POSIX_NAME.match(text):
         raise ValueError("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, text[:40]))
     return text
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def settings_problems(v: dict[str, Any]) -> list[str]:

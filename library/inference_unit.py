@@ -26,7 +26,7 @@ description:
     waiting for the start job (readiness is a separate probe, M(inference_health)). O(state=restarted)
     does the same, and restarts a unit that runs (a server whose memory state is not known).
   - O(state=sweep_ended) kills this cycle's sweep (O(sweep_tag)) if it still runs, and nothing else
-    (before a released server takes its memory back).
+    (before a released server takes its memory back); it returns the unit's RV(invocation_id).
   - O(state=rolled_back) puts back the files that this cycle's O(state=present) replaced (keyed by
     O(token)) and restarts the unit; when this cycle replaced nothing, nothing is restarted.
   - O(state=armed) arms a dead-man switch on the host (a transient systemd timer) that ends this
@@ -89,6 +89,11 @@ options:
   fire_after:
     description: With O(state=armed), seconds until the dead-man switch starts the unit unless disarmed or re-armed.
     type: int
+  invocation_id:
+    description:
+      - With O(state=started) or O(state=restarted), act only while the unit still runs this start of it (its
+        C(InvocationID)); another one means it was started since, and nothing is done (RV(changed) false).
+    type: str
   switch_action:
     description: With O(state=armed), what the switch does to the unit when it fires.
     type: str
@@ -160,6 +165,11 @@ switch:
   sample: bc-deadman-llama-lab
 fires_in_s: {description: Seconds until the armed switch fires., returned: state=armed, type: int, sample: 4300}
 switch_action: {description: What the armed switch does when it fires., returned: state=armed, type: str, sample: restart}
+invocation_id:
+  description: The unit's InvocationID (which start of it runs).
+  returned: state=started, restarted or sweep_ended
+  type: str
+  sample: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718
 was_armed: {description: The switch was armed when disarmed., returned: state=disarmed, type: bool, sample: true}
 was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str, sample: active}
 stop_s: {description: Seconds the stop took., returned: state=stopped, type: float, sample: 4.71}
@@ -250,10 +260,12 @@ def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:
         return dict(unit.stop(ENGINES[p["engine"]]["processes"], p["kill_leftovers"], gpu, stop_timeout=p["stop_timeout"]),
                     gpu_checked=gpu is not None)
     if p["state"] in ("started", "restarted"):
-        return unit.start(p["sweep_tag"], restart=p["state"] == "restarted")
+        return unit.start(p["sweep_tag"], restart=p["state"] == "restarted", only_invocation=p["invocation_id"])
     if p["state"] == "sweep_ended":
         ended = [] if module.check_mode else unit.end_sweep(p["sweep_tag"])
-        return {"changed": bool(ended), "sweeps_ended": ended}
+        return {"changed": bool(ended), "sweeps_ended": ended,
+                # (`invocation` is Ansible's own key in a result: it would be taken out)
+                "invocation_id": unit.show("InvocationID").get("InvocationID", "")}
     if p["state"] == "armed":
         return unit.arm(p["fire_after"], p["sweep_tag"], p["switch_action"])
     if p["state"] == "disarmed":
@@ -288,9 +300,10 @@ def main() -> None:
             "sweep_tag": {"type": "str"},
             "fire_after": {"type": "int"},
             "switch_action": {"type": "str", "choices": ["start", "restart"], "default": "start"},
+            "invocation_id": {"type": "str"},
         },
         required_if=[("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]),
-                     ("state", "armed", ["fire_after"]), ("state", "sweep_ended", ["sweep_tag"])],
+                     ("state", "armed", ["fire_after"])],
         supports_check_mode=True,
     )
     p = module.params

@@ -32,7 +32,8 @@ def _label_value(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """`value` as a finite float, or None (not a number, NaN, infinite)."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -48,7 +49,7 @@ def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None
     samples: dict[str, list[tuple[dict[str, Any], float]]] = {name: [] for name in HELP}
 
     def add(name: str, value: Any, **labels: Any) -> None:
-        number = _number(value)
+        number = finite_number(value)
         if number is not None:
             samples[name].append((dict(base, **labels), number))
 
@@ -60,16 +61,16 @@ def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None
     add("router_out_seconds", summary.get("router_out_s"))
     for phase, seconds in sorted((summary.get("phases") or {}).items()):
         add("phase_seconds", seconds, phase=phase)
-    if _number(summary.get("freed_mib")) is not None:
+    if finite_number(summary.get("freed_mib")) is not None:
         add("release_freed_bytes", float(summary["freed_mib"]) * 1024 * 1024)
     for sweep in sweeps or []:
         labels = {"backend": sweep.get("backend", ""), "tp": sweep.get("tp_size", "")}
         for point in sweep.get("points") or []:
             m = point.get("m")
-            if _number(point.get("ms")) is not None:
+            if finite_number(point.get("ms")) is not None:
                 add("sweep_point_seconds", float(point["ms"]) / 1000, m=m, **labels)
             add("sweep_point_tflops", point.get("tflops"), m=m, **labels)
-            if _number(point.get("gbs")) is not None:
+            if finite_number(point.get("gbs")) is not None:
                 add("sweep_point_bytes_per_second", float(point["gbs"]) * 1e9, m=m, **labels)
     for phase, report in sorted((summary.get("gpu_health") or {}).items()):
         for gpu in report.get("gpus") or []:

@@ -424,12 +424,17 @@ class Unit:
                             % (sweep_tag, self.name))
         return ["%d %s" % (pid, sweep_tag) for pid in found]
 
-    def start(self, sweep_tag: str | None = None, restart: bool = False) -> dict[str, Any]:
-        """Start the unit (`restart`: also when it runs, for a server whose state is not known)."""
-        state = self.show("ActiveState")["ActiveState"]
+    def start(self, sweep_tag: str | None = None, restart: bool = False, only_invocation: str | None = None) -> dict[str, Any]:
+        """Start the unit (`restart`: also when it runs, for a server whose state is not known).
+        With `only_invocation`, a restart happens only while the unit still runs that start of it
+        (its InvocationID); another one was started since, and nothing is done."""
+        shown = self.show("ActiveState", "InvocationID")
+        state, invocation = shown["ActiveState"], shown.get("InvocationID", "")
+        if only_invocation is not None and invocation != only_invocation:
+            return {"changed": False, "was": state, "n_restarts": 0, "sweeps_ended": [], "invocation_id": invocation}
         changed = restart or state not in ACTIVE_STATES
         if self.check_mode:
-            return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": []}
+            return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": [], "invocation_id": invocation}
         ended = self.end_sweep(sweep_tag)
         # systemd counts deliberate starts against StartLimitBurst too; reset-failed also sets
         # NRestarts to 0 (service_reset_failed), the baseline a crash loop is measured from
@@ -437,7 +442,7 @@ class Unit:
         if changed:
             self.systemctl("restart" if restart else "start", "--no-block", self.name + ".service")
         self.disarm()
-        return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended}
+        return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended, "invocation_id": invocation}
 
     def rollback(self) -> dict[str, Any]:
         """Put back what this cycle's install replaced, and only that; without such files there is

@@ -99,18 +99,22 @@ wait_serving() {  # up to $1 s for the service to answer again
   return 1
 }
 
+sampler() {  # $1: name; one 1-token completion every 0.5 s until $W/stop-$1
+  while [ ! -f "$W/stop-$1" ]; do
+    code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
+      -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":1,"temperature":0}' http://127.0.0.1:30001/v1/completions)
+    echo "$(date +%s.%N) $code" >> "$W/samples-$1.txt"; sleep 0.5
+  done
+}
+
 if [ "$SCENARIO" = cycle ] || [ "$SCENARIO" = all ]; then
   # once the cycle holds the lock (its drain starts ~2 s later), a client puts 4 long requests in flight
   # (8000 tokens each, ~15-20 s together), so the drain has real work to wait for
   on_event cycle "cycle_lock : Take the lock" long_requests 4 &
-  # downtime: sample the service every 0.5 s through the whole cycle
-  ( while [ ! -f "$W/stop-sampler" ]; do
-      code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":1,"temperature":0}' http://127.0.0.1:30001/v1/completions)
-      echo "$(date +%s.%N) $code" >> "$W/samples.txt"; sleep 0.5
-    done ) &
+  # downtime: sample the service every 0.5 s through the whole cycle (samples-cycle.txt)
+  sampler cycle &
   play cycle benchmark_cycle.yml -i inventory/gpu
-  touch "$W/stop-sampler"; sleep 1
+  touch "$W/stop-cycle"; sleep 1
   log "after the cycle: $(serving); GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
   journal cycle
   cp -r /tmp/bc-results "$W/results" 2>/dev/null
@@ -133,13 +137,6 @@ if [ "$SCENARIO" = faults ] || [ "$SCENARIO" = all ]; then
 fi
 if [ "$SCENARIO" = release ]; then
   ROUTER="$W/router.txt"; printf '#!/bin/sh\necho "$1 $(date +%%s.%%N)" >> %s\n' "$ROUTER" > /tmp/lb-hook; chmod +x /tmp/lb-hook
-  sampler() {  # $1: name; one 1-token completion every 0.5 s until $W/stop-$1
-    while [ ! -f "$W/stop-$1" ]; do
-      code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":1,"temperature":0}' http://127.0.0.1:30001/v1/completions)
-      echo "$(date +%s.%N) $code" >> "$W/samples-$1.txt"; sleep 0.5
-    done
-  }
   downtime() {  # $1: name -> router out..back and the seconds no sample answered 200
     python3 - "$W/samples-$1.txt" "$ROUTER" "$1" <<'PY'
 import sys

@@ -127,6 +127,29 @@ def llama(lab: str) -> str:
     return lab
 
 
+H200_REPORT = ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml"
+
+
+def serve_gpu_report(text: str) -> None:
+    """What the nvidia-smi double answers to -q -x on the lab host (the real H200's, or a fault made from it)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as fh:
+        fh.write(text)
+    sh("mkdir -p /etc/bc-double")
+    subprocess.run(["podman", "cp", fh.name, f"{CONTAINER}:/etc/bc-double/nvidia-smi-q.xml"], check=True)
+    Path(fh.name).unlink()
+
+
+def install_gpu_double() -> None:
+    """The nvidia-smi double as the lab host's nvidia-smi, serving the real H200's report (healthy)."""
+    subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/nvidia_smi.py"), f"{CONTAINER}:/usr/local/bin/nvidia-smi"], check=True)
+    sh("chmod 755 /usr/local/bin/nvidia-smi")
+    serve_gpu_report(H200_REPORT.read_text())
+
+
+def remove_gpu_double() -> None:
+    sh("rm -f /usr/local/bin/nvidia-smi; rm -rf /etc/bc-double /run/bc-double")
+
+
 def serving(port: int = 8080, container: str = CONTAINER) -> str:
     """What the service does now, measured: the unit's state and the answer to 2+2=."""
     state = sh("systemctl is-active llama-lab", check=False, container=container).strip()

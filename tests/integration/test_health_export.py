@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import CONTAINER, ROOT, env, playbook, playbook_cmd, sh
+from conftest import H200_REPORT, ROOT, env, install_gpu_double, playbook, playbook_cmd, remove_gpu_double, serve_gpu_report, sh
 from junitparser import Failure, JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 from test_guarantees import pid, router, with_router
 
-H200 = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
+H200 = H200_REPORT.read_text()
 TOKEN = "glsa_bcTestToken_7f3e9a"
 FAULTS = {
     "remapped_rows_pending=True": ("<remapped_row_pending>No", "<remapped_row_pending>Yes"),
@@ -29,26 +28,17 @@ FAULTS = {
 }
 
 
-def serve_report(text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as fh:
-        fh.write(text)
-    sh("mkdir -p /etc/bc-double")
-    subprocess.run(["podman", "cp", fh.name, f"{CONTAINER}:/etc/bc-double/nvidia-smi-q.xml"], check=True)
-    Path(fh.name).unlink()
-
-
 @pytest.fixture
 def gpu_lab(llama):
-    subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/nvidia_smi.py"), f"{CONTAINER}:/usr/local/bin/nvidia-smi"], check=True)
-    sh("chmod 755 /usr/local/bin/nvidia-smi")
-    serve_report(H200)
+    install_gpu_double()
     yield llama
-    sh("rm -f /usr/local/bin/nvidia-smi; rm -rf /etc/bc-double /var/lib/node-exporter")
+    remove_gpu_double()
+    sh("rm -rf /var/lib/node-exporter")
 
 
 @pytest.mark.parametrize("reading", sorted(FAULTS))
 def test_a_sick_gpu_gets_no_benchmark_and_nothing_is_stopped(gpu_lab, reading, reliability):
-    serve_report(H200.replace(*FAULTS[reading], 1))
+    serve_gpu_report(H200.replace(*FAULTS[reading], 1))
     before = pid()
     run = playbook("benchmark_cycle.yml", extra_vars=with_router())
     out = " ".join(run.out.split())
@@ -70,7 +60,7 @@ def cycle_turning_sick(extra: dict, tmp: Path) -> tuple[int, str, Path]:
     while time.monotonic() < deadline and '"task": "gpu_benchmark : Sweep tp1 torch"' not in (log.read_text() if log.exists() else ""):
         time.sleep(0.1)
     # a row remap pending: the GPU needs a reset (its own heat after a sweep would only warn)
-    serve_report(H200.replace(*FAULTS["remapped_rows_pending=True"], 1))
+    serve_gpu_report(H200.replace(*FAULTS["remapped_rows_pending=True"], 1))
     out, _ = proc.communicate(timeout=600)
     return proc.returncode, out, junit
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import CONTAINER, DOUBLE, ROOT, env, playbook, playbook_cmd, sh
+from conftest import DOUBLE, ROOT, env, install_gpu_double, playbook, playbook_cmd, remove_gpu_double, sh
 from test_guarantees import router, with_router
 
 UNIT = "sglang-double"
@@ -44,11 +44,8 @@ def used_mib() -> int:
 def released_lab(lab):
     """The nvidia-smi double on the lab host (for these tests only), and the SGLang double installed
     with the saver: the first cycle stops the unit to apply it."""
-    subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/nvidia_smi.py"), f"{CONTAINER}:/usr/local/bin/nvidia-smi"], check=True)
-    sh("chmod 755 /usr/local/bin/nvidia-smi; rm -rf /run/lock/benchmark-cycle-* /run/bc-double; mkdir -p /etc/bc-double")
-    # the GPU health check reads the real H200's report (healthy)
-    subprocess.run(["podman", "cp", str(ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml"),
-                    f"{CONTAINER}:/etc/bc-double/nvidia-smi-q.xml"], check=True)
+    sh("rm -rf /run/lock/benchmark-cycle-* /run/bc-double")
+    install_gpu_double()
 
     def install(**env_changes: str) -> dict:
         extra = settings(**env_changes)
@@ -56,7 +53,8 @@ def released_lab(lab):
         assert run.rc == 0, run.out[-3000:]
         return extra
     yield install
-    sh(f"rm -f /usr/local/bin/nvidia-smi; systemctl stop {UNIT} || true; rm -rf /run/bc-double /etc/bc-double")
+    sh(f"systemctl stop {UNIT} || true")
+    remove_gpu_double()
 
 
 def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab, reliability):
@@ -96,30 +94,32 @@ def test_a_release_that_frees_too_little_falls_back_to_the_stop(released_lab, re
                 service_after="active, answers 4 (restarted)", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
-def test_a_resume_that_kills_the_server_is_followed_by_a_restart(released_lab, reliability):
-    extra = with_router(released_lab(BC_DOUBLE_RESUME_FAILS="oom"))
+def cycle_whose_server_dies(released_lab, **fault: str) -> tuple[object, str]:
+    """A release cycle whose server dies as `fault` makes it (the double's knob): the play fails, and
+    the server is restarted (a new MainPID), answers, and the router takes the host back."""
+    extra = with_router(released_lab(**fault))
     before = main_pid()
     run = playbook("benchmark_cycle.yml", extra_vars=extra)
     out = " ".join(run.out.split())
-    assert run.rc != 0 and "the resume of the released memory" in out and "the server was restarted" in out, out[-3000:]
-    assert "the service was started again and answers correctly" in out
+    assert run.rc != 0 and "the service was started again and answers correctly" in out, out[-3000:]
     assert main_pid() != before and '"text": "4"' in answer()
-    assert "CUDA out of memory" in sh(f"journalctl --no-pager -u {UNIT} -o cat | tail -50")
     assert router() == ["remove", "restore"]
+    return run, out
+
+
+def test_a_resume_that_kills_the_server_is_followed_by_a_restart(released_lab, reliability):
+    run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RESUME_FAILS="oom")
+    assert "the resume of the released memory" in out and "the server was restarted" in out, out[-3000:]
+    assert "CUDA out of memory" in sh(f"journalctl --no-pager -u {UNIT} -o cat | tail -50")
     reliability(fault="resume fails", injected="the server dies in its resume (CUDA out of memory)",
                 did="restarted, readiness and the known answer awaited, router back; the play fails naming the resume",
                 service_after="active, answers 4 (restarted)", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
 def test_a_release_that_kills_the_server_is_followed_by_a_restart(released_lab, reliability):
-    extra = with_router(released_lab(BC_DOUBLE_RELEASE_FAILS="crash"))
-    before = main_pid()
-    run = playbook("benchmark_cycle.yml", extra_vars=extra)
-    out = " ".join(run.out.split())
-    assert run.rc != 0 and "the release of sglang-double's memory failed" in out, out[-3000:]
-    assert "Its state is unknown: it is restarted" in out and "the service was started again and answers correctly" in out
-    assert main_pid() != before and '"text": "4"' in answer()
-    assert router() == ["remove", "restore"]
+    run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RELEASE_FAILS="crash")
+    assert "the release of sglang-double's memory failed" in out, out[-3000:]
+    assert "Its state is unknown: it is restarted" in out
     reliability(fault="release fails", injected="the server dies in its release (the memory saver's cuMemUnmap)",
                 did="nothing swept; its state unknown, so restarted (never resumed), readiness awaited, router back; the play "
                 "fails naming the release", service_after="active, answers 4 (restarted)", data_kept="-", detect_s=None,

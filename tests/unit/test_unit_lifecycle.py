@@ -33,9 +33,9 @@ GOOD = "[Unit]\nDescription=t\n[Service]\nExecStart=/bin/sleep 1\n[Install]\nWan
 class SystemctlDouble:
     """systemctl for a host without systemd: records calls, answers `show` and `is-enabled` like systemctl."""
 
-    def __init__(self, active: str = "inactive", enabled: str = "disabled") -> None:
+    def __init__(self, active: str = "inactive", enabled: str = "disabled", invocation: str = "") -> None:
         self.calls: list[list[str]] = []
-        self.active, self.enabled = active, enabled
+        self.active, self.enabled, self.invocation = active, enabled, invocation
 
     def __call__(self, argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         if argv[0] != "systemctl":  # systemd-analyze and the rest are the real thing
@@ -46,7 +46,7 @@ class SystemctlDouble:
         words = argv[argv.index("--") + 1:]
         self.calls.append(words + [a for a in argv[1:argv.index("--")] if a == "--no-block"])
         if words[0] == "show":
-            return 0, "ActiveState=%s\nNeedDaemonReload=no\nMainPID=0\n" % self.active, ""
+            return 0, "ActiveState=%s\nNeedDaemonReload=no\nMainPID=0\nInvocationID=%s\n" % (self.active, self.invocation), ""
         if words[0] == "is-active":
             return 3, "inactive\n", ""
         if words[0] == "is-enabled":
@@ -225,6 +225,17 @@ def test_rollback_of_a_cycle_that_changed_nothing_restores_nothing_and_restarts_
     assert not result["rolled_back"] and not result["changed"]
     assert (tmp_path / "systemd/bc-test.service").read_text() == v2 and (tmp_path / "etc/bc-test.env").read_text() == "KEY=new\n"
     assert run.calls[calls:] == []  # nothing restarted
+
+
+def test_a_restart_for_one_start_of_the_unit_leaves_a_later_start_alone(tmp_path):
+    """A dead cycle released invocation aa11: restarted while aa11 runs, left alone once another runs."""
+    same = SystemctlDouble(active="active", invocation="aa11")
+    result = unit(tmp_path, same).start(restart=True, only_invocation="aa11")
+    assert result["changed"] and ["restart", "bc-test.service", "--no-block"] in same.calls
+    later = SystemctlDouble(active="active", invocation="bb22")
+    result = unit(tmp_path, later).start(restart=True, only_invocation="aa11")
+    assert not result["changed"] and result["invocation_id"] == "bb22"
+    assert [c for c in later.calls if c[0] != "show"] == []  # nothing restarted, reset or disarmed
 
 
 def test_a_hung_command_fails_at_its_timeout_naming_it(tmp_path):
