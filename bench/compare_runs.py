@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Compare two sweep results (JSON written by marlin_sweep, e.g. results/<host>/<stamp>/*.json).
+"""Compare sweep results (JSON written by marlin_sweep, e.g. results/<host>/<stamp>/*.json).
 
-    .venv/bin/python bench/compare_runs.py OLD.json NEW.json
-Prints per M: old ms, new ms, new/old (below 1 is faster), and the knee of each.
+    .venv/bin/python bench/compare_runs.py RUN.json              # backends and routings side by side
+    .venv/bin/python bench/compare_runs.py OLD.json NEW.json     # per backend and routing, new/old per M
+    .venv/bin/python bench/compare_runs.py --fidelity A.json B.json   # the same, and the worst deviation (target <= 5%)
+One run: per routing and M, every backend's time and its ratio to the first backend's, and per
+backend the skewed routings against the first routing. Two runs: new/old per M (below 1 is
+faster) for every (backend, routing) in both, and each one's knee.
 """
 
 from __future__ import annotations
@@ -11,26 +15,69 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
-from bc_sweepstats import knee, sweep_compare
+from bc_sweepstats import backend_ratios, knee, series_compare
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path)
-    args = parser.parse_args()
-    old, new = (json.loads(p.read_text()) for p in (args.old, args.new))
+def series(res: dict[str, Any]) -> list[dict[str, Any]]:
+    return res.get("series") or [{"backend": res["backend"], "routing": "uniform", "points": res["points"]}]
+
+
+def one_run(res: dict[str, Any]) -> None:
+    runs = series(res)
+    first = runs[0]["backend"]
+    print("| routing | backend | M | ms | / %s |\n|---|---|---:|---:|---:|" % first)
+    for row in backend_ratios(runs, first):
+        print("| %s | %s | %d | %.4f | %.3f |" % (row["routing"], row["backend"], row["m"], row["ms"], row["ratio"]))
+    routings = list(dict.fromkeys(r["routing"] for r in runs))
+    if len(routings) > 1:
+        print("\n| backend | routing | M | ms | / %s |\n|---|---|---:|---:|---:|" % routings[0])
+        base = {(r["backend"], p["m"]): p["ms"] for r in runs if r["routing"] == routings[0] for p in r["points"]}
+        for r in runs:
+            if r["routing"] != routings[0]:
+                for p in r["points"]:
+                    if base.get((r["backend"], p["m"])):
+                        print("| %s | %s | %d | %.4f | %.3f |" % (r["backend"], r["routing"], p["m"], p["ms"],
+                                                                 p["ms"] / base[(r["backend"], p["m"])]))
+
+
+def two_runs(old: dict[str, Any], new: dict[str, Any], fidelity: bool) -> int:
     if old["shape"] != new["shape"]:
         print("note: the shapes differ: %s vs %s" % (old["shape"], new["shape"]), file=sys.stderr)
-    print("| M | old ms | new ms | new/old |\n|---:|---:|---:|---:|")
-    for row in sweep_compare(new["points"], old["points"]):
-        print("| %d | %.4f | %.4f | %.3f |" % (row["m"], row["previous"], row["current"], row["ratio"]))
+    worst = 0.0
+    for cmp in series_compare(series(new), series(old)):
+        print("\n%s, %s: worst deviation %.1f%%\n| M | old ms | new ms | new/old |\n|---:|---:|---:|---:|"
+              % (cmp["backend"], cmp["routing"], cmp["worst"] * 100))
+        for row in cmp["rows"]:
+            print("| %d | %.4f | %.4f | %.3f |" % (row["m"], row["previous"], row["current"], row["ratio"]))
+        worst = max(worst, cmp["worst"])
     for label, res in (("old", old), ("new", new)):
-        k = knee(res["points"], res["shape"]["E"])
-        print("%s: knee M=%s, plateau %.4f ms at M=%s" % (label, k["knee_m"], k["plateau_ms"], k["plateau_m"]))
+        for r in series(res):
+            k = knee(r["points"], res["shape"]["E"])
+            print("%s %s %s: knee M=%s, plateau %.4f ms at M=%s" % (label, r["backend"], r["routing"], k["knee_m"],
+                                                                   k["plateau_ms"], k["plateau_m"]))
+    if fidelity:
+        print("fidelity: worst run-to-run deviation %.1f%% over every backend, routing and M (target <= 5%%): %s"
+              % (worst * 100, "holds" if worst <= 0.05 else "DOES NOT HOLD"))
+        return 0 if worst <= 0.05 else 1
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="+", help="one run, or OLD NEW")
+    parser.add_argument("--fidelity", action="store_true", help="fail unless every point of the two runs agrees within 5%%")
+    args = parser.parse_args()
+    if len(args.runs) > 2:
+        parser.error("give one run or two (OLD NEW)")
+    results = [json.loads(p.read_text()) for p in args.runs]
+    if len(results) == 1:
+        one_run(results[0])
+        return 0
+    return two_runs(results[0], results[1], args.fidelity)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,14 +17,17 @@ from bc_export import textfile as prom_textfile
 from bc_host import redact as _redact
 from bc_strategy import POLICIES, choose
 from bc_sweepstats import (
-    knee as _knee,
-)
-from bc_sweepstats import (
+    BACKENDS,
+    ROUTING_KINDS,
+    backend_list,
     merge_reference,
     per_token,
     roofline,
     sweep_compare,
     sweep_table,
+)
+from bc_sweepstats import (
+    knee as _knee,
 )
 from bc_unit import UnitError, check_name
 
@@ -126,6 +129,16 @@ def int_list(value: Any, name: str = "value") -> list[int]:
     return out
 
 
+def name_list(value: Any, name: str = "value") -> list[str]:
+    """A list of names from a list or a comma-separated string (AWX survey answers arrive as
+    strings), each once and in order; an empty one is an error naming `name`."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    out = [str(item).strip() for item in items if str(item).strip()]
+    if not out:
+        raise ValueError("%s is empty: give e.g. sglang,triton,torch or [sglang, triton, torch]" % name)
+    return list(dict.fromkeys(out))
+
+
 def unit_name_problem(name: str, field: str = "bc_unit") -> str:
     """'' for a valid systemd unit name, else the error (the rule is bc_unit.check_name's, the
     module's own, so that the preflight refuses exactly what inference_unit would)."""
@@ -217,6 +230,21 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
         if number is None or not low <= number <= high:
             hint = " (0 would detach the sweep: the service would start while it still runs)" if key == "bc_sweep_poll_s" else ""
             problems.append("%s=%s: give a number from %s to %s%s" % (key, v[key], low, high, hint))
+    if v.get("bc_sweep_backends") is not None:
+        try:
+            asked = name_list(v["bc_sweep_backends"], "bc_sweep_backends")
+            backend_list(asked)
+        except ValueError as err:
+            problems.append("bc_sweep_backends: %s; use a list of %s" % (err, "|".join(("auto", *BACKENDS))))
+    routing = v.get("bc_sweep_routing")
+    if routing is not None:
+        if not isinstance(routing, list) or not routing or not all(isinstance(r, dict) for r in routing):
+            problems.append("bc_sweep_routing must be a list of distributions, e.g. [{kind: uniform}, {kind: zipf, skew: 1.0}]")
+        else:
+            for i, spec in enumerate(routing):
+                if spec.get("kind") not in ROUTING_KINDS:
+                    problems.append("bc_sweep_routing[%d].kind=%s: use one of %s"
+                                    % (i, spec.get("kind"), "|".join(ROUTING_KINDS)))
     key = v.get("bc_api_key")
     if key is not None and key != "":
         if not isinstance(key, str) or CONTROL.search(key) or key != key.strip() or re.search(r"\s", key):
@@ -277,6 +305,7 @@ class FilterModule:
             "bc_sweep_compare": sweep_compare, "bc_sweep_table": sweep_table,
             "bc_merge_reference": merge_reference, "bc_flag_for_version": flag_for_version,
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
+            "bc_name_list": name_list,
             "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
             "bc_unit_name_problem": unit_name_problem,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport, "bc_redact": redact,

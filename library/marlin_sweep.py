@@ -36,19 +36,46 @@ options:
     default: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
   dtype: {description: Activation and scale dtype., type: str, default: bf16, choices: [bf16, fp16]}
   device: {description: CUDA device index., type: int, default: 0}
-  backend:
+  backends:
     description:
+      - The kernels to time in one run, on the same INT4 values, back to back at each M and routing; the first is
+        the primary (the top-level C(points), the history's C(backend)).
       - C(sglang) is SGLang's fused_marlin_moe with its Marlin repack helpers (needs a CUDA GPU and sglang).
+      - C(triton) is SGLang's Triton fused_moe with int4_w4a16, on the layout SGLang's compressed-tensors Triton
+        scheme builds from the same words (needs a CUDA GPU and sglang).
       - C(torch) is the dequantized grouped GEMM reference (torch._grouped_mm on CUDA, a loop on CPU).
       - C(auto) is sglang when importable, else a failure that says what to install.
-    type: str
-    default: auto
-    choices: [auto, sglang, torch]
+      - A backend that cannot run on the host is reported in C(backends) of the result, not fatal, unless none can.
+    type: list
+    elements: str
+    default: [auto]
+    choices: [auto, sglang, triton, torch]
+    aliases: [backend]
+  routing:
+    description:
+      - Routing distributions; every backend is timed under each. The result names each one.
+      - C(uniform) picks top_k distinct experts uniformly per token.
+      - C(zipf) draws them without replacement with popularity 1/rank^O(routing[].skew) over a seeded permutation of the experts.
+      - C(hot) sends O(routing[].fraction) of the tokens to O(routing[].experts) hot experts only.
+      - C(replay) replays recorded top-k ids from O(routing[].file) on the host, in windows of M rows.
+    type: list
+    elements: dict
+    default: [{kind: uniform}]
+    options:
+      kind: {description: The distribution., type: str, required: true, choices: [uniform, zipf, hot, replay]}
+      skew: {description: Zipf exponent (above 0; 1.0 is classic Zipf)., type: float, default: 1.0}
+      fraction: {description: "Share of tokens routed to the hot experts, above 0 and at most 1.", type: float, default: 0.5}
+      experts: {description: "Hot experts (top_k..num_experts; default 2 x top_k).", type: int}
+      file: {description: "JSON on the host, [[e0, .., e7], ...] or {topk_ids: [...]}, one row per token.", type: path}
+  check_bound:
+    description: Largest relative error against the fp32 reference a backend may have; above it the sweep fails.
+    type: float
+    default: 0.03
   warmup: {description: Warm-up calls per point., type: int, default: 5}
   iters: {description: Timed samples (graph replays) per point; the median is reported., type: int, default: 20}
   routings: {description: Different top-k routings captured per graph and rotated per call., type: int, default: 8}
   seed: {description: "Seed of weights, activations and routing.", type: int, default: 0}
-  check: {description: "With sglang, compare against an fp32 reference on a small expert count.", type: bool, default: true}
+  check: {description: "Compare every GPU backend against an fp32 reference on a small expert count.", type: bool, default: true}
   output: {description: JSON file on the host; rewritten after every point., type: path, required: true}
   python: {description: Interpreter that has torch (and sglang); defaults to the one running the module., type: path}
   timeout: {description: Seconds the sweep process may run before it is killed., type: int, default: 3600}
@@ -82,16 +109,59 @@ EXAMPLES = r"""
     python: /opt/sglang/bin/python
   async: 1800
   poll: 10
+
+- name: Marlin against Triton and the bf16 reference, uniform and skewed routing, M up to 4096
+  marlin_sweep:
+    tp_size: 8
+    backends: [sglang, triton, torch]
+    routing:
+      - kind: uniform
+      - kind: zipf
+        skew: 1.2
+    batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    output: /var/lib/benchmark-cycle/sweep-tp8.json
+    python: /opt/sglang/bin/python
+  async: 3600
+  poll: 10
 """
 
 RETURN = r"""
 points:
   description:
-    - One entry per M - m, ms (median), ms_min, ms_max, us_per_token, experts_touched, bytes_moved,
-      gbs, tflops, floor_ms, efficiency.
+    - The primary series (first backend, first routing), one entry per M - m, ms (median), ms_min, ms_max,
+      us_per_token, experts_touched, bytes_moved, gbs, tflops, floor_bytes_ms, floor_flops_ms, floor_ms, bound
+      (memory or compute), efficiency (floor / measured).
   returned: success
   type: list
   elements: dict
+  sample: [{m: 1, ms: 0.0851, ms_min: 0.0848, ms_max: 0.0855, experts_touched: 8.0, floor_ms: 0.0469, bound: memory, efficiency: 0.55}]
+series:
+  description: Every backend under every routing, each with backend, routing, impl, points, knee_m, plateau_ms, bound_knee_m.
+  returned: success
+  type: list
+  elements: dict
+backends:
+  description: Each backend asked for - name, status (measured or unavailable), why, impl, prepare_s, check.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {name: triton, status: measured, impl: "sglang fused_moe triton int4_w4a16", check: {relative_error: 0.006, ok: true}}
+winners:
+  description: Per routing and M, the fastest backend and every backend's ms and ratio to the floor (to_floor).
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {routing: uniform, m: 1, fastest: sglang, fastest_ms: 0.085, backends: {sglang: {ms: 0.085, to_floor: 1.81}}}
+routing:
+  description: The names of the routing distributions timed.
+  returned: success
+  type: list
+  elements: str
+  sample: [uniform, zipf(1.2)]
+dense_tflops: {description: Dense bf16 matmul throughput measured in the same run (the compute floor)., returned: success, type: float}
+bound_knee_m: {description: "Smallest M of the primary series whose floor is compute bound (null if none).", returned: success, type: int}
 knee_m: {description: Smallest M whose time is within 10% of the plateau., returned: success, type: int}
 plateau_ms: {description: Time once every expert's weights are streamed., returned: success, type: float}
 copy_bandwidth_gbs: {description: Device copy bandwidth measured in the same run (read + write)., returned: success, type: float}
@@ -99,8 +169,24 @@ peak_memory_gib: {description: Peak allocated GPU memory of the sweep., returned
 estimate_peak_gib: {description: The preflight estimate of that peak., returned: always, type: float}
 ran_on: {description: C(gpu) or C(cpu)., returned: success, type: str}
 gpus: {description: "GPUs with index, name, free_mib, total_mib (empty without nvidia-smi).", returned: with preflight, type: list}
-backend_importable: {description: O(python) imports the backend., returned: with preflight, type: bool}
-backend_error: {description: The import error's last line., returned: with preflight when not importable, type: str}
+backend_importable:
+  description: O(python) imports at least one backend asked for (the sweep can run).
+  returned: with preflight
+  type: bool
+backend_error:
+  description: What is wrong when no backend asked for can run, naming the fix ("" otherwise).
+  returned: with preflight
+  type: str
+skipped_backends:
+  description: The backends asked for that cannot run on this host, each with why (the others are timed).
+  returned: with preflight
+  type: dict
+  sample: {triton: "ModuleNotFoundError: No module named 'sglang'"}
+usable_backends:
+  description: The backends asked for that import and can run on this host.
+  returned: with preflight
+  type: list
+  elements: str
 orphans_killed: {description: "Orphaned sweeps of the same unit killed before this one (pid, tag).", returned: success, type: list}
 runnable:
   description: The sweep fits the device's total memory (or the host's, on the CPU); otherwise it can run nowhere.
@@ -113,7 +199,7 @@ why: {description: Why the sweep is not runnable., returned: with preflight, typ
 oom_kills: {description: "The OOM kill count (/proc/vmstat oom_kill) at the preflight.", returned: with preflight, type: int}
 oom_killed: {description: "The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).", returned: when killed, type: bool}
 environment: {description: "GPU, driver, torch, sglang, python versions.", returned: success, type: dict}
-check: {description: "Relative error of the sglang output against the fp32 reference.", returned: with sglang, type: dict}
+check: {description: "Relative error of the primary backend against the fp32 reference, with bound and ok.", returned: on GPU, type: dict}
 output: {description: Path of the JSON result on the host., returned: always, type: str}
 """
 
@@ -129,12 +215,21 @@ import time
 from typing import Any
 
 import ansible.module_utils as _mu
-from ansible.module_utils import bc_marlin  # imported so AnsiballZ ships it to the host; its REPACK_MODULES
+from ansible.module_utils import bc_marlin  # noqa: F401 - imported so that AnsiballZ ships the worker to the host
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_host import CommandError
 from ansible.module_utils.bc_host import gpus as host_gpus
 from ansible.module_utils.bc_host import run as host_run
-from ansible.module_utils.bc_sweepstats import GIB, ShapeError, estimate_peak_bytes, validate
+from ansible.module_utils.bc_sweepstats import (
+    GIB,
+    INT4_BACKENDS,
+    ShapeError,
+    backend_list,
+    estimate_peak_bytes,
+    replay_ids,
+    routing_spec,
+    validate,
+)
 from ansible.module_utils.bc_unit import SWEEP_MODULE, processes, sweep_tags
 
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits", "tp_size")
@@ -159,15 +254,6 @@ def stage_sweep_package(tmpdir: str) -> str:
         with open(os.path.join(pkg, name + ".py"), "wb") as fh:
             fh.write(data)
     return tmpdir
-
-
-BACKEND_IMPORT = {
-    "torch": "import torch",
-    # the kernel and its repack, wherever the release keeps it (bc_marlin.REPACK_MODULES)
-    "sglang": "from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe\n"
-              "import importlib.util\n"
-              "assert any(importlib.util.find_spec(m) for m in %r), 'no gptq_marlin_moe_repack module'" % (bc_marlin.REPACK_MODULES,),
-}
 
 
 def list_gpus(module: AnsibleModule) -> list[dict[str, Any]]:
@@ -236,13 +322,48 @@ def oom_kills() -> int | None:
     return None
 
 
-def backend_check(module: AnsibleModule, python: str, backend: str) -> tuple[bool, str]:
-    code = BACKEND_IMPORT["torch" if backend == "torch" else "sglang"]
+def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> dict[str, str]:
+    """Per backend, "" when it imports in `python` (the kernels' own imports, bc_marlin.import_errors,
+    run there from the staged worker), else why not."""
+    stage = tempfile.mkdtemp(prefix="bc-sweep-check-")
+    code = "import json; from %s import import_errors; print(json.dumps(import_errors(%r)))" % (SWEEP_MODULE, backends)
     try:
-        rc, _out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
+        rc, out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]), env=env, cwd=stage)
     except CommandError as exc:
-        return False, str(exc)
-    return rc == 0, (err.strip().splitlines() or [""])[-1] if rc else ""
+        return dict.fromkeys(backends, str(exc))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    try:
+        if rc == 0:
+            return json.loads(out.strip().splitlines()[-1])
+        return dict.fromkeys(backends, (err.strip().splitlines() or ["exit %d" % rc])[-1])
+    except (ValueError, IndexError):
+        return dict.fromkeys(backends, "no answer from %s" % python)
+
+
+def skipped(errors: dict[str, str], has_gpu: bool) -> dict[str, str]:
+    """The backends that cannot run here, each with why."""
+    out = {}
+    for name, error in errors.items():
+        if error or (name in INT4_BACKENDS and not has_gpu):
+            out[name] = error or "needs an NVIDIA GPU and nvidia-smi found none"
+    return out
+
+
+def backend_problem(errors: dict[str, str], has_gpu: bool) -> tuple[list[str], str]:
+    """The backends that can run, and "" or what is wrong with the choice (none can run), naming the fix."""
+    gpu_only = [b for b in errors if b in INT4_BACKENDS]
+    usable = [b for b in errors if b not in skipped(errors, has_gpu)]
+    if usable:
+        return usable, ""
+    if not has_gpu and gpu_only:
+        return [], ("cannot run the %s backend without a GPU: nvidia-smi found none. Use backends [torch] for the CPU "
+                    "reference" % ", ".join(gpu_only))
+    fix = ("Install torch in that Python" if list(errors) == ["torch"]
+           else "Point bc_sweep_python at the SGLang venv, or install sglang there")
+    return [], "cannot import the %s backend: %s. %s" % (
+        ", ".join(errors), "; ".join(e for e in dict.fromkeys(errors.values()) if e), fix)
 
 
 def host_memory_mib() -> int | None:
@@ -257,21 +378,21 @@ def host_memory_mib() -> int | None:
     return None
 
 
-def sizing(gpus: list[dict[str, Any]], device: int, need_gib: float, margin: float, backend: str,
+def sizing(gpus: list[dict[str, Any]], device: int, need_gib: float, margin: float, backends: list[str],
            host_mib: int | None) -> dict[str, Any]:
     """Where the sweep can run: `runnable` (it fits the device's total memory: otherwise it can run
     nowhere, and nothing may be stopped for it, with `why`) and `fits` (it fits the free memory
     beside whatever runs now)."""
     need_mib = need_gib * 1024 * (1 + margin)
-    return dict(_sizing(gpus, device, need_mib, margin, backend, host_mib), need_mib=round(need_mib))
+    return dict(_sizing(gpus, device, need_mib, margin, backends, host_mib), need_mib=round(need_mib))
 
 
-def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: float, backend: str,
+def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: float, backends: list[str],
             host_mib: int | None) -> dict[str, Any]:
     if not gpus:
-        if backend == "sglang":
+        if "torch" not in backends:
             return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0, "free_mib": 0,
-                    "why": "backend sglang needs an NVIDIA GPU and nvidia-smi found none"}
+                    "why": "backend %s needs an NVIDIA GPU and nvidia-smi found none" % ", ".join(backends)}
         total = host_mib or 0
         ok = not host_mib or need_mib <= total
         return {"runnable": ok, "fits": ok, "free_gib": round(total / 1024, 2), "total_gib": round(total / 1024, 2),
@@ -292,67 +413,10 @@ def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: fl
             % (need_mib / 1024, margin * 100, device, gpu["name"], gpu["total_mib"] / 1024)}
 
 
-def main() -> None:
-    spec: dict[str, Any] = {
-        "num_experts": {"type": "int", "default": 384},
-        "hidden_size": {"type": "int", "default": 7168},
-        "intermediate_size": {"type": "int", "default": 2048},
-        "top_k": {"type": "int", "default": 8},
-        "group_size": {"type": "int", "default": 32},
-        "num_bits": {"type": "int", "default": 4, "choices": [4, 8]},
-        "tp_size": {"type": "int", "default": 1},
-        "batch_sizes": {"type": "list", "elements": "int", "default": [2 ** i for i in range(11)]},
-        "dtype": {"type": "str", "default": "bf16", "choices": ["bf16", "fp16"]},
-        "device": {"type": "int", "default": 0},
-        "backend": {"type": "str", "default": "auto", "choices": ["auto", "sglang", "torch"]},
-        "warmup": {"type": "int", "default": 5},
-        "iters": {"type": "int", "default": 20},
-        "routings": {"type": "int", "default": 8},
-        "seed": {"type": "int", "default": 0},
-        "check": {"type": "bool", "default": True},
-        "output": {"type": "path", "required": True},
-        "python": {"type": "path"},
-        "timeout": {"type": "int", "default": 3600},
-        "preflight": {"type": "bool", "default": False},
-        "tag": {"type": "str"},
-        "memory_margin": {"type": "float", "default": 0.10},
-        "command_timeout": {"type": "int", "default": 30},
-    }
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """Run the worker in its own process (python -m bc_marlin, staged), past any orphan of a dead
+    cycle; a kill, an OOM, a timeout or a wrong kernel fails naming it, the finished points kept."""
     p = module.params
-    shape = {k: p[k] for k in SHAPE_KEYS}
-    for key in ("warmup", "routings", "timeout"):
-        if p[key] < (0 if key == "warmup" else 1):
-            module.fail_json(msg="%s must be >= %d, got %d" % (key, 0 if key == "warmup" else 1, p[key]))
-    if p["iters"] < 3:
-        module.fail_json(msg="iters must be >= 3 for a median with a spread, got %d" % p["iters"])
-    if p["device"] < 0:
-        module.fail_json(msg="device must be a CUDA device index >= 0, got %d" % p["device"])
-    if not 0 <= p["memory_margin"] <= 10:
-        module.fail_json(msg="memory_margin must be 0-10 (a fraction of the estimate), got %s" % p["memory_margin"])
-    if p["python"] and not os.access(p["python"], os.X_OK):
-        module.fail_json(msg="python=%s is not an executable on this host: point it at the interpreter that has torch "
-                         "(and sglang), e.g. /opt/sglang/bin/python" % p["python"])
-    try:
-        s = validate(shape, p["batch_sizes"], p["backend"])
-    except ShapeError as err:
-        module.fail_json(msg="marlin_sweep: %s" % err)
-    backend_for_estimate = "torch" if p["backend"] == "torch" else "sglang"
-    estimate = estimate_peak_bytes(s, p["batch_sizes"], backend_for_estimate, p["routings"])
-    plan = {"shape": s, "batch_sizes": sorted(set(p["batch_sizes"])), "backend": p["backend"],
-            "estimate_peak_gib": round(estimate / GIB, 3), "output": p["output"]}
-    if module.check_mode:
-        if p["preflight"]:
-            ok, why = backend_check(module, p["python"] or sys.executable, p["backend"])
-            gpus = list_gpus(module)
-            plan.update(gpus=gpus, backend_importable=ok, backend_error=why, oom_kills=oom_kills(),
-                        **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], p["backend"],
-                                 host_memory_mib()))
-        module.exit_json(changed=False, plan=plan, **plan)
-
-    out_dir = os.path.dirname(p["output"]) or "."
-    os.makedirs(out_dir, mode=0o755, exist_ok=True)
-    cfg = dict(p, shape=shape, output=p["output"])
     python = p["python"] or sys.executable
     stage = tempfile.mkdtemp(prefix="bc-sweep-")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
@@ -393,7 +457,108 @@ def main() -> None:
         module.fail_json(msg="the sweep failed (exit %d): %s" % (proc.returncode, result.get("error", "no result")),
                          rc=proc.returncode, stderr_tail=tail, **plan)
     result.pop("status", None)
-    module.exit_json(changed=True, output=p["output"], orphans_killed=orphans, **result)
+    return dict(result, orphans_killed=orphans)
+
+
+ROUTING_OPTIONS: dict[str, Any] = {
+    "kind": {"type": "str", "required": True, "choices": ["uniform", "zipf", "hot", "replay"]},
+    "skew": {"type": "float", "default": 1.0}, "fraction": {"type": "float", "default": 0.5},
+    "experts": {"type": "int"}, "file": {"type": "path"},
+}
+SPEC: dict[str, Any] = {
+    "num_experts": {"type": "int", "default": 384},
+    "hidden_size": {"type": "int", "default": 7168},
+    "intermediate_size": {"type": "int", "default": 2048},
+    "top_k": {"type": "int", "default": 8},
+    "group_size": {"type": "int", "default": 32},
+    "num_bits": {"type": "int", "default": 4, "choices": [4, 8]},
+    "tp_size": {"type": "int", "default": 1},
+    "batch_sizes": {"type": "list", "elements": "int", "default": [2 ** i for i in range(11)]},
+    "dtype": {"type": "str", "default": "bf16", "choices": ["bf16", "fp16"]},
+    "device": {"type": "int", "default": 0},
+    "backends": {"type": "list", "elements": "str", "default": ["auto"], "choices": ["auto", "sglang", "triton", "torch"],
+                 "aliases": ["backend"]},
+    "routing": {"type": "list", "elements": "dict", "default": [{"kind": "uniform"}], "options": ROUTING_OPTIONS},
+    "check_bound": {"type": "float", "default": 0.03},
+    "warmup": {"type": "int", "default": 5},
+    "iters": {"type": "int", "default": 20},
+    "routings": {"type": "int", "default": 8},
+    "seed": {"type": "int", "default": 0},
+    "check": {"type": "bool", "default": True},
+    "output": {"type": "path", "required": True},
+    "python": {"type": "path"},
+    "timeout": {"type": "int", "default": 3600},
+    "preflight": {"type": "bool", "default": False},
+    "tag": {"type": "str"},
+    "memory_margin": {"type": "float", "default": 0.10},
+    "command_timeout": {"type": "int", "default": 30},
+}
+
+
+def problem(p: dict[str, Any]) -> str:
+    """The first parameter the sweep cannot take, named with the fix; "" when all are sound."""
+    for key, low, what in (("warmup", 0, ""), ("routings", 1, ""), ("timeout", 1, ""), ("iters", 3, " for a median with a spread"),
+                           ("device", 0, "")):
+        if p[key] < low:
+            return "%s must be %s>= %d%s, got %d" % (key, "a CUDA device index " if key == "device" else "", low, what, p[key])
+    if not 0 <= p["memory_margin"] <= 10:
+        return "memory_margin must be 0-10 (a fraction of the estimate), got %s" % p["memory_margin"]
+    if not 0 < p["check_bound"] < 1:
+        return "check_bound must be above 0 and below 1 (a relative error), got %s" % p["check_bound"]
+    if p["python"] and not os.access(p["python"], os.X_OK):
+        return ("python=%s is not an executable on this host: point it at the interpreter that has torch "
+                "(and sglang), e.g. /opt/sglang/bin/python" % p["python"])
+    return ""
+
+
+def plan_of(p: dict[str, Any]) -> dict[str, Any]:
+    """The checked shape, backends and routing (replay files read and checked here, on the host,
+    so that a bad one fails the preflight), and the estimated peak memory. ShapeError names the field."""
+    s = validate({k: p[k] for k in SHAPE_KEYS}, p["batch_sizes"], p["backends"])
+    specs = [routing_spec(r, s, "routing[%d]" % i) for i, r in enumerate(p["routing"])]
+    for spec in specs:
+        if spec["kind"] == "replay":
+            try:
+                with open(spec["file"], encoding="utf-8") as fh:
+                    replay_ids(json.load(fh), s, spec["file"])
+            except (OSError, ValueError) as err:
+                if isinstance(err, ShapeError):
+                    raise
+                raise ShapeError("replay file %s cannot be read as JSON: %s" % (spec["file"], err)) from None
+    backends = backend_list(p["backends"])
+    estimate = estimate_peak_bytes(s, p["batch_sizes"], backends, p["routings"])
+    return {"shape": s, "batch_sizes": sorted(set(p["batch_sizes"])), "backends": backends,
+            "routing": [r["name"] for r in specs], "estimate_peak_gib": round(estimate / GIB, 3), "output": p["output"]}
+
+
+def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
+    """Sizing, the GPUs and whether the backends import: what the strategy decides from."""
+    p = module.params
+    gpus = list_gpus(module)
+    errors = backend_check(module, p["python"] or sys.executable, plan["backends"])
+    usable, why = backend_problem(errors, bool(gpus))
+    return dict(gpus=gpus, backend_importable=bool(usable), backend_error=why, usable_backends=usable,
+                skipped_backends=skipped(errors, bool(gpus)) if usable else {}, oom_kills=oom_kills(),
+                **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], usable or plan["backends"],
+                         host_memory_mib()))
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
+    p = module.params
+    bad = problem(p)
+    if bad:
+        module.fail_json(msg=bad)
+    try:
+        plan = plan_of(p)
+    except ShapeError as err:
+        module.fail_json(msg="marlin_sweep: %s" % err)
+    if module.check_mode:
+        plan.update(preflight(module, plan) if p["preflight"] else {})
+        module.exit_json(changed=False, plan=plan, **plan)
+    os.makedirs(os.path.dirname(p["output"]) or ".", mode=0o755, exist_ok=True)
+    result = sweep(module, dict(p, shape={k: p[k] for k in SHAPE_KEYS}), plan)
+    module.exit_json(changed=True, output=p["output"], **result)
 
 
 if __name__ == "__main__":

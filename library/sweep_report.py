@@ -10,14 +10,16 @@ DOCUMENTATION = r"""
 module: sweep_report
 short_description: Render a sweep's report, plot and history line on the controller
 description:
-  - Reads the sweep JSON fetched from a host (and the torch reference run beside it), writes
+  - Reads the sweep JSON fetched from a host (every backend and routing of one run), writes
     C(report.md) and C(sweep.png) next to it, and appends one line to C(history.jsonl).
+  - The report has the primary backend's table (with the torch bf16 reference's time and the INT4 speed-up
+    when torch ran), every backend side by side per routing with its ratio to the roofline floor and the
+    fastest per M, and the plot all backends with both floors.
   - The report compares with the previous run of the same host, shape, backend and device kind.
   - Run it on the controller (C(delegate_to) localhost).
 version_added: "1.0.0"
 options:
   result: {description: Path of the primary sweep JSON on the controller., type: path, required: true}
-  reference: {description: "Path of the torch reference sweep JSON, if one ran.", type: path}
   host: {description: Inventory name of the host the sweep ran on., type: str, required: true}
   stamp: {description: Timestamp of the cycle (names the run)., type: str, required: true}
   history: {description: The history file shared by all cycles., type: path, required: true}
@@ -40,7 +42,6 @@ EXAMPLES = r"""
 - name: Report the sweep
   sweep_report:
     result: results/ct200/20261129T120000Z/sweep-tp1-sglang.json
-    reference: results/ct200/20261129T120000Z/sweep-tp1-torch.json
     host: ct200
     stamp: 20261129T120000Z
     history: results/history.jsonl
@@ -84,7 +85,6 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "result": {"type": "path", "required": True},
-            "reference": {"type": "path"},
             "host": {"type": "str", "required": True},
             "stamp": {"type": "str", "required": True},
             "history": {"type": "path", "required": True},
@@ -99,7 +99,6 @@ def main() -> None:
             module.fail_json(msg="%s=%r is not a safe file name (letters, digits and _.:@- only, not starting with . or -)"
                              % (key, p[key]))
     primary = load(module, p["result"])
-    reference = load(module, p["reference"]) if p["reference"] else None
     out_dir = os.path.dirname(p["result"])
     base = os.path.splitext(os.path.basename(p["result"]))[0]
     report_path = os.path.join(out_dir, base + ".report.md")
@@ -107,7 +106,7 @@ def main() -> None:
     history = read_history(p["history"])
     prev = previous_run(history, p["host"], primary, p["stamp"])
     try:
-        text = render(p["host"], p["stamp"], primary, reference, prev, os.path.basename(png_path), p["gpu_health"])
+        text = render(p["host"], p["stamp"], primary, prev, os.path.basename(png_path), p["gpu_health"])
     except (KeyError, TypeError, ValueError) as err:
         module.fail_json(msg="cannot render the report of %s: the result lacks %s" % (p["result"], err))
     if module.check_mode:
@@ -122,7 +121,7 @@ def main() -> None:
     if p["plot"]:
         title = "%s %s tp%s %s" % (p["host"], p["stamp"], primary.get("tp_size"), primary.get("backend"))
         try:
-            plot(png_path, title, primary, reference)
+            plot(png_path, title, primary)
             plotted = png_path
         except Exception as err:
             module.warn("no plot for %s: %s: %s (the report and the history line are written)"

@@ -53,12 +53,13 @@ def check_timeout(value: float, field: str, maximum: float = 7 * 86400) -> float
     return float(value)
 
 
-def run(argv: list[str], timeout: float, stdin: str | None = None) -> tuple[int, str, str]:
+def run(argv: list[str], timeout: float, stdin: str | None = None, env: dict[str, str] | None = None,
+        cwd: str | None = None) -> tuple[int, str, str]:
     """(rc, stdout, stderr) of an argument list (no shell), or a CommandError once it ran past
     `timeout` seconds (the process is killed) or could not be started."""
     try:
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
-                              errors="replace")
+                              errors="replace", env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
         raise CommandError("%s did not finish within %g s and was killed (a hung %s: see the host)"
                            % (" ".join(argv[:3]), timeout, argv[0])) from None

@@ -5,11 +5,17 @@ ansible.module_utils.bc_marlin` with a JSON config on stdin), so a crash, an OOM
 signal ends only this process: the module reports it, and every finished point is already in
 the output file (rewritten after each point).
 
-Backends:
+Backends, all built from the same INT4 values (one seeded generator, chunk by chunk):
   sglang  SGLang's fused_marlin_moe on GPTQ-packed INT4 weights repacked by its Marlin helpers
+  triton  SGLang's Triton fused_moe with int4_w4a16, on the uint8 layout its compressed-tensors
+          Triton scheme builds from the same GPTQ words
   torch   dequantized grouped GEMM (bf16/fp16 on GPU via torch._grouped_mm, fp32 loop on CPU)
-Timing on GPU: CUDA graph replays, each graph holding `routings` calls with different top-k ids
-(so small-M points do not sit in L2), CUDA events around each replay, median/min/max.
+Every backend's weights are resident before the first point, so that at each M and routing the
+backends are timed back to back on the same activations and top-k ids.
+Timing on GPU: CUDA graph replays, each graph holding one call with its own top-k ids, `routings`
+graphs replayed in turn (so small-M points do not sit in L2), CUDA events around each round,
+median/min/max. The floor of each point is the larger of the INT4 bytes at the copy bandwidth and
+the FLOPs at the dense bf16 tensor throughput, both measured in the same run.
 """
 
 from __future__ import annotations
@@ -24,11 +30,17 @@ from typing import Any
 
 from ansible.module_utils.bc_sweepstats import (
     GIB,
+    backend_list,
+    bound_knee,
     estimate_peak_bytes,
+    floors,
     knee,
     median,
     point_cost,
+    replay_ids,
+    routing_spec,
     validate,
+    winners,
 )
 
 
@@ -38,9 +50,30 @@ def _torch() -> Any:
     return torch
 
 
-def sglang_available() -> tuple[bool, str]:
+def import_errors(names: list[str]) -> dict[str, str]:
+    """Per backend, "" when its kernel imports in this Python, else the error's last line (the
+    preflight runs this in the sweep's interpreter, with the kernels' own imports)."""
+    out = {}
+    for name in names:
+        try:
+            if name == "torch":
+                _torch()
+            else:
+                KERNELS[name].imports()
+            out[name] = ""
+        except Exception as err:
+            out[name] = ("%s: %s" % (type(err).__name__, err)).strip().splitlines()[-1][:300]
+    return out
+
+
+def available(name: str, cuda: bool) -> tuple[bool, str]:
+    """Whether a backend can run here, and why not."""
+    if name == "torch":
+        return True, ""
+    if not cuda:
+        return False, "backend %s needs a CUDA GPU; none is visible to torch here" % name
     try:
-        from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe  # noqa: F401,PLC0415
+        KERNELS[name].imports()
     except Exception as err:
         return False, "%s: %s" % (type(err).__name__, err)
     return True, ""
@@ -95,13 +128,50 @@ class Weights:
         return (w * sc.to(torch.float32).repeat_interleave(rows_per_group, dim=0)).to(dtype)
 
 
-def make_routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any, gen: Any) -> list[tuple[Any, Any]]:
-    out = []
-    for _ in range(count):
-        scores = torch.rand((m, s["E"]), generator=gen, device=device)
+class Routing:
+    """Top-k expert ids of one distribution (bc_sweepstats.routing_spec): built once per run, so the
+    hot experts of a skewed distribution stay the same experts at every M, as in serving."""
+
+    def __init__(self, torch: Any, s: dict[str, int], spec: dict[str, Any], device: Any, gen: Any) -> None:
+        self.torch, self.s, self.spec, self.device = torch, s, spec, device
+        E = s["E"]
+        if spec["kind"] == "zipf":
+            ranks = torch.empty(E, device=device)
+            ranks[torch.randperm(E, generator=gen, device=device)] = torch.arange(1, E + 1, dtype=torch.float32, device=device)
+            self.logp = -spec["skew"] * torch.log(ranks)
+        elif spec["kind"] == "hot":
+            self.hot_mask = torch.full((E,), float("-inf"), device=device)
+            self.hot_mask[torch.randperm(E, generator=gen, device=device)[: spec["experts"]]] = 0.0
+        elif spec["kind"] == "replay":
+            with open(spec["file"], encoding="utf-8") as fh:
+                self.rows = torch.tensor(replay_ids(json.load(fh), s, spec["file"]), dtype=torch.int32, device=device)
+
+    def sample(self, m: int, gen: Any) -> tuple[Any, Any]:
+        """(weights (m, top_k) fp32 summing to 1 per token, ids (m, top_k) int32)."""
+        torch, s, kind = self.torch, self.s, self.spec["kind"]
+        if kind == "replay":
+            rows = self.rows.shape[0]
+            start = int(torch.randint(rows, (1,), generator=gen, device=self.device))
+            ids = self.rows[(start + torch.arange(m, device=self.device)) % rows]
+            weights = torch.rand((m, s["topk"]), generator=gen, device=self.device) + 0.1
+            return (weights / weights.sum(-1, keepdim=True)).to(torch.float32), ids
+        scores = torch.rand((m, s["E"]), generator=gen, device=self.device)
+        if kind == "zipf":  # Gumbel top-k: k distinct experts drawn without replacement with p ~ 1/rank**skew
+            scores = self.logp - torch.log(-torch.log(scores.clamp_min(1e-20)))
+        elif kind == "hot":
+            to_hot = torch.rand((m, 1), generator=gen, device=self.device) < self.spec["fraction"]
+            scores = torch.where(to_hot, scores + self.hot_mask, scores)
         weights, ids = torch.topk(scores, s["topk"], dim=-1)
-        out.append(((weights / weights.sum(-1, keepdim=True)).to(torch.float32), ids.to(torch.int32)))
-    return out
+        if kind != "uniform":
+            weights = torch.softmax(weights, dim=-1)
+        return (weights / weights.sum(-1, keepdim=True)).to(torch.float32), ids.to(torch.int32)
+
+
+def make_routings(torch: Any, s: dict[str, int], m: int, count: int, device: Any, gen: Any,
+                  routing: Routing | None = None) -> list[tuple[Any, Any]]:
+    """`count` routings of m tokens (uniform unless a distribution is given)."""
+    routing = routing or Routing(torch, s, {"kind": "uniform"}, device, gen)
+    return [routing.sample(m, gen) for _ in range(count)]
 
 
 # where SGLang keeps its Marlin MoE repack: layers/quantization/gptq.py up to 0.5.10, then
@@ -127,11 +197,15 @@ class SglangKernel:
     graph_safe = True
     impl = "sglang fused_marlin_moe"
 
-    def __init__(self, torch: Any, w: Weights) -> None:
+    @staticmethod
+    def imports() -> tuple[Any, Any, Any]:
         from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe  # noqa: PLC0415
         from sglang.srt.layers.quantization.marlin_utils import marlin_moe_permute_scales  # noqa: PLC0415
 
-        gptq_marlin_moe_repack = first_attr(REPACK_MODULES, "gptq_marlin_moe_repack")
+        return fused_marlin_moe, marlin_moe_permute_scales, first_attr(REPACK_MODULES, "gptq_marlin_moe_repack")
+
+    def __init__(self, torch: Any, w: Weights) -> None:
+        fused_marlin_moe, marlin_moe_permute_scales, gptq_marlin_moe_repack = self.imports()
 
         s = w.s
         E, K, N, g, bits = s["E"], s["K"], s["N"], s["group"], s["bits"]
@@ -150,6 +224,77 @@ class SglangKernel:
     def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
         gating = x.new_empty((x.shape[0], self.s["E"]))
         return self.fn(x, self.w13, self.w2, self.s13, self.s2, gating, topk_w, topk_ids, num_bits=self.s["bits"])
+
+
+# where SGLang keeps its Triton fused_experts: fused_moe_triton/fused_moe.py up to 0.5.10, then
+# moe_runner/triton_utils/fused_moe.py (0.5.15, 0.5.16, 0.5.23); the signature is the same in all
+TRITON_MODULES = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe", "sglang.srt.layers.moe.fused_moe_triton.fused_moe")
+
+
+def server_defaults() -> None:
+    """SGLang's Triton path reads the process's ServerArgs (enable_fused_moe_sum_all_reduce, the
+    deterministic switch); a bare process has none. Publish the dataclass's defaults, without its
+    __post_init__ (which would resolve a model): what a server started with no flags would run."""
+    import dataclasses  # noqa: PLC0415
+
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: PLC0415
+
+    args = object.__new__(ServerArgs)
+    for f in dataclasses.fields(ServerArgs):
+        if f.default is not dataclasses.MISSING:
+            value: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            value = None
+        object.__setattr__(args, f.name, value)
+    set_global_server_args_for_scheduler(args)
+
+
+class TritonKernel:
+    """SGLang's Triton fused_moe with int4_w4a16 (fused_moe_kernel_gptq_awq): uint8 weights (E, n, k/2),
+    low nibble first, zero point 8 when none is given (uint4b8, as the GPTQ words here), scales
+    (E, n, k/group). The layout is the one CompressedTensorsWNA16TritonMoE.process_weights_after_loading
+    makes from the same words: transpose, then view the int32 as bytes. Run in place on a copy of the
+    input (its out-of-place path allocates from the TP group's symmetric pool, which needs a TP group)."""
+
+    name = "triton"
+    graph_safe = True
+
+    @staticmethod
+    def imports() -> tuple[Any, Any, Any]:
+        from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig  # noqa: PLC0415
+        from sglang.srt.layers.moe.topk import StandardTopKOutput  # noqa: PLC0415
+
+        return first_attr(TRITON_MODULES, "fused_experts"), MoeRunnerConfig, StandardTopKOutput
+
+    def __init__(self, torch: Any, w: Weights) -> None:
+        self.fn, config, self.topk_output = self.imports()
+        server_defaults()
+        s = w.s
+        E, K, N = s["E"], s["K"], s["N"]
+        self.torch, self.s = torch, s
+        self.config = config(num_experts=E, num_local_experts=E, top_k=s["topk"], activation="silu", inplace=True)
+        self.impl = "sglang fused_moe triton int4_w4a16 (%s)" % self.fn.__module__.rsplit(".", 2)[-2]
+        self.w13 = torch.empty((E, 2 * N, K // 2), dtype=torch.uint8, device=w.device)
+        self.w2 = torch.empty((E, K, N // 2), dtype=torch.uint8, device=w.device)
+        self.s13 = torch.empty((E, 2 * N, w.gk), dtype=w.dtype, device=w.device)
+        self.s2 = torch.empty((E, K, w.gn), dtype=w.dtype, device=w.device)
+        for e0, e1, qw13, qw2, s13, s2 in w.chunks():
+            self.w13[e0:e1] = qw13.transpose(1, 2).contiguous().view(torch.uint8)
+            self.w2[e0:e1] = qw2.transpose(1, 2).contiguous().view(torch.uint8)
+            self.s13[e0:e1] = s13.transpose(1, 2)
+            self.s2[e0:e1] = s2.transpose(1, 2)
+        self.block_shape = [0, s["group"]]
+        self.buf: Any = None
+
+    def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
+        if self.buf is None or self.buf.shape != x.shape:
+            self.buf = self.torch.empty_like(x)
+        self.buf.copy_(x)
+        logits = topk_w  # unused by the kernel; the tuple's third member
+        return self.fn(self.buf, self.w13, self.w2, self.topk_output(topk_w, topk_ids, logits), self.config,
+                       use_int4_w4a16=True, w1_scale=self.s13, w2_scale=self.s2, block_shape=self.block_shape)
 
 
 class TorchKernel:
@@ -216,21 +361,50 @@ class TorchKernel:
         return out.to(x.dtype)
 
 
+def build_kernel(torch: Any, name: str, w: Weights, dtype: Any) -> Any:
+    kernel = KERNELS[name]
+    return kernel(torch, w, dtype) if name == "torch" else kernel(torch, w)
+
+
 def reference_check(torch: Any, s: dict[str, int], device: Any, dtype: Any, seed: int, experts: int = 8,
-                    m: int = 16) -> dict[str, Any]:
-    """Relative error of SGLang's kernel against an fp32 reference from the dequantized weights."""
+                    m: int = 16, backend: str = "sglang") -> dict[str, Any]:
+    """Relative error of a backend against an fp32 reference from the dequantized weights, on the
+    same shape with `experts` experts (the same generator as the sweep's, another seed)."""
     small = dict(s, E=min(experts, s["E"]), topk=min(s["topk"], experts, s["E"]))
     w = Weights(torch, small, device, dtype, seed + 7)
-    kernel = SglangKernel(torch, w)
+    kernel = build_kernel(torch, backend, w, dtype)
     ref = TorchKernel(torch, w, torch.float32)
     ref.grouped = False  # fp32 loop: the reference, not a kernel under test
     gen = torch.Generator(device=device).manual_seed(seed + 11)
-    x = torch.randn((m, small["K"]), generator=gen, device=device).to(dtype)
+    x = torch.randn((m, small["K"]), generator=gen, device=device).to(dtype if device.type == "cuda" else torch.float32)
     tw, ids = make_routings(torch, small, m, 1, device, gen)[0]
     got = kernel(x, tw, ids).to(torch.float32)
     want = ref(x.to(torch.float32), tw, ids)
     rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
     return {"experts": small["E"], "m": m, "relative_error": rel}
+
+
+def tensor_throughput(torch: Any, device: Any, n: int = 8192, iters: int = 10) -> float:
+    """Dense bf16 matmul FLOP/s (2 n^3 per product): the compute ceiling of the W4A16 kernels, which
+    dequantize to bf16 and multiply on the same tensor cores."""
+    if device.type != "cuda":
+        return 0.0
+    a = torch.randn((n, n), device=device, dtype=torch.bfloat16)
+    b = torch.randn((n, n), device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    samples = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            a @ b
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1000 / iters)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2.0 * n ** 3 / median(samples)
 
 
 def copy_bandwidth(torch: Any, device: Any, nbytes: int = GIB, iters: int = 20) -> float:
@@ -251,6 +425,9 @@ def copy_bandwidth(torch: Any, device: Any, nbytes: int = GIB, iters: int = 20) 
     del a, b
     torch.cuda.empty_cache()
     return nbytes / seconds
+
+
+KERNELS: dict[str, Any] = {"sglang": SglangKernel, "triton": TritonKernel, "torch": TorchKernel}
 
 
 def time_point(torch: Any, kernel: Callable[..., Any], x: Any, routings: list[tuple[Any, Any]], device: Any,
@@ -333,84 +510,144 @@ def environment(torch: Any, device: Any) -> dict[str, Any]:
     return env
 
 
+def _device(torch: Any, cfg: dict[str, Any]) -> Any:
+    want_cuda = cfg.get("device", 0) is not None and cfg.get("device_type", "auto") != "cpu"
+    if want_cuda and torch.cuda.is_available():
+        return torch.device("cuda", int(cfg.get("device", 0)))
+    return torch.device("cpu")
+
+
+def _choose(asked: list[str], cuda: bool, auto: bool) -> tuple[list[str], list[dict[str, Any]]]:
+    """The backends that run here and the report of every one asked for. One that cannot run is
+    reported, not fatal, unless none of those asked for can."""
+    report, runnable = [], []
+    for name in asked:
+        ok, why = available(name, cuda)
+        report.append({"name": name, "status": "measured" if ok else "unavailable", "why": why})
+        if ok:
+            runnable.append(name)
+    if not runnable:
+        if asked == ["sglang"] and not cuda:
+            raise RuntimeError("backend sglang needs a CUDA GPU; none is visible to torch here")
+        if auto:
+            raise RuntimeError("backend auto: sglang is not importable here (%s); install sglang in this "
+                               "Python, or choose backend torch" % report[0]["why"])
+        raise RuntimeError("none of the backends asked for can run here: %s"
+                           % "; ".join("%s: %s" % (r["name"], r["why"]) for r in report))
+    return runnable, report
+
+
+def _point(s: dict[str, int], m: int, samples: list[float], touched: float, backend: str, bw: float,
+           tflops: float) -> dict[str, Any]:
+    ms = median(samples)
+    cost = point_cost(s, m, touched, 2, backend)
+    floor = floors(s, m, touched, bw, tflops)
+    return dict({
+        "m": m, "ms": round(ms, 5), "ms_min": round(min(samples), 5), "ms_max": round(max(samples), 5),
+        "us_per_token": round(ms * 1000 / m, 4), "experts_touched": round(touched, 2),
+        "bytes_moved": int(cost["bytes"]), "gbs": round(cost["bytes"] / (ms / 1000) / 1e9, 1),
+        "tflops": round(cost["flops"] / (ms / 1000) / 1e12, 3),
+        "efficiency": round(floor["floor_ms"] / ms, 4) if floor["floor_ms"] else None,
+    }, **floor)
+
+
 def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lambda r: None) -> dict[str, Any]:
     torch = _torch()
     t_start = time.monotonic()
-    s = validate(cfg["shape"], cfg["batch_sizes"], cfg["backend"])
-    want_cuda = cfg.get("device", 0) is not None and cfg.get("device_type", "auto") != "cpu"
-    cuda = want_cuda and torch.cuda.is_available()
-    device = torch.device("cuda", int(cfg.get("device", 0))) if cuda else torch.device("cpu")
-    backend = cfg["backend"]
-    if backend == "auto":
-        ok, why = sglang_available()
-        if not ok:
-            raise RuntimeError("backend auto: sglang is not importable here (%s); install sglang in this "
-                               "Python, or choose backend torch" % why)
-        backend = "sglang"
-    if backend == "sglang" and not cuda:
-        raise RuntimeError("backend sglang needs a CUDA GPU; none is visible to torch %s here" % torch.__version__)
+    asked_raw = cfg.get("backends") or cfg.get("backend") or ["auto"]
+    asked_raw = [asked_raw] if isinstance(asked_raw, str) else list(asked_raw)
+    s = validate(cfg["shape"], cfg["batch_sizes"], asked_raw)
+    device = _device(torch, cfg)
+    cuda = device.type == "cuda"
+    backends, report = _choose(backend_list(asked_raw), cuda, asked_raw == ["auto"])
+    specs = [routing_spec(r, s, "routing[%d]" % i) for i, r in enumerate(cfg.get("routing") or [{"kind": "uniform"}])]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[cfg.get("dtype", "bf16")]
-    routings_n = int(cfg.get("routings", 8))
+    routings_n, seed = int(cfg.get("routings", 8)), int(cfg.get("seed", 0))
     sizes = sorted({int(m) for m in cfg["batch_sizes"]})
-    estimate = estimate_peak_bytes(s, sizes, backend, routings_n)
+    estimate = estimate_peak_bytes(s, sizes, backends, routings_n)
     if cuda:
         free, _total = torch.cuda.mem_get_info(device)
         if estimate > free:
-            raise RuntimeError("not enough free GPU memory on device %d: the sweep needs about %.2f GiB, %.2f GiB "
-                               "free; stop the service (allow_stop) or shrink batch_sizes/tp_size"
-                               % (device.index, estimate / GIB, free / GIB))
+            raise RuntimeError("not enough free GPU memory on device %d: the sweep of %s needs about %.2f GiB, %.2f GiB "
+                               "free; free the GPU (the benchmark cycle's release or stop), or sweep fewer backends or "
+                               "smaller batch_sizes/tp_size" % (device.index, "+".join(backends), estimate / GIB, free / GIB))
         torch.cuda.reset_peak_memory_stats(device)
     result: dict[str, Any] = {
-        "status": "running", "backend": backend, "shape": s, "tp_size": int(cfg["shape"].get("tp_size", 1)),
+        "status": "running", "backend": backends[0], "shape": s, "tp_size": int(cfg["shape"].get("tp_size", 1)),
         "dtype": cfg.get("dtype", "bf16"), "ran_on": "gpu" if cuda else "cpu", "points": [],
         "estimate_peak_gib": round(estimate / GIB, 3), "environment": environment(torch, device),
-        "seed": int(cfg.get("seed", 0)), "routings": routings_n,
+        "seed": seed, "routings": routings_n, "backends": report, "routing": [r["name"] for r in specs], "series": [],
     }
     if not cuda:
         result["note"] = "ran on the CPU: no CUDA device is visible; times are not GPU kernel times"
-    bw = copy_bandwidth(torch, device) if cuda else 0.0
-    result["copy_bandwidth_gbs"] = round(bw / 1e9, 1)
+    bw, tflops = (copy_bandwidth(torch, device), tensor_throughput(torch, device)) if cuda else (0.0, 0.0)
+    result.update(copy_bandwidth_gbs=round(bw / 1e9, 1), dense_tflops=round(tflops / 1e12, 1))
     save(result)
 
     t_prep = time.monotonic()
-    weights = Weights(torch, s, device, dtype, int(cfg.get("seed", 0)))
-    kernel = SglangKernel(torch, weights) if backend == "sglang" else TorchKernel(torch, weights, dtype)
+    weights = Weights(torch, s, device, dtype, seed)
+    kernels = {}
+    for name in backends:
+        t_kernel = time.monotonic()
+        kernels[name] = build_kernel(torch, name, weights, dtype)
+        entry = next(r for r in report if r["name"] == name)
+        entry.update(impl=kernels[name].impl, prepare_s=round(time.monotonic() - t_kernel, 2))
     result["prepare_s"] = round(time.monotonic() - t_prep, 2)
-    result["impl"] = kernel.impl
-    use_graph = cuda and cfg.get("cuda_graph", True) and kernel.graph_safe
-    gen = torch.Generator(device=device).manual_seed(int(cfg.get("seed", 0)) + 1)
-    bytes_per_el = 2
-    for m in sizes:
-        x = torch.randn((m, s["K"]), generator=gen, device=device).to(dtype if cuda else torch.float32)
-        routings = make_routings(torch, s, m, routings_n, device, gen)
-        touched = sum(len(torch.unique(ids)) for _w, ids in routings) / routings_n
-        samples = time_point(torch, kernel, x, routings, device, int(cfg.get("warmup", 5)),
-                             int(cfg.get("iters", 20)), use_graph)
-        ms = median(samples)
-        cost = point_cost(s, m, touched, bytes_per_el)
-        floor_ms = cost["bytes"] / bw * 1000 if bw else None
-        result["points"].append({
-            "m": m, "ms": round(ms, 5), "ms_min": round(min(samples), 5), "ms_max": round(max(samples), 5),
-            "us_per_token": round(ms * 1000 / m, 4), "experts_touched": round(touched, 2),
-            "bytes_moved": int(cost["bytes"]), "gbs": round(cost["bytes"] / (ms / 1000) / 1e9, 1),
-            "tflops": round(cost["flops"] / (ms / 1000) / 1e12, 3),
-            "floor_ms": round(floor_ms, 5) if floor_ms else None,
-            "efficiency": round(floor_ms / ms, 4) if floor_ms else None,
-        })
-        save(result)
+    result["impl"] = kernels[backends[0]].impl
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    result["series"] = [{"backend": b, "routing": r["name"], "impl": kernels[b].impl, "points": []} for r in specs for b in backends]
+    for i, spec in enumerate(specs):
+        routing = Routing(torch, s, spec, device, gen)
+        for m in sizes:
+            x = torch.randn((m, s["K"]), generator=gen, device=device).to(dtype if cuda else torch.float32)
+            routes = make_routings(torch, s, m, routings_n, device, gen, routing)
+            touched = sum(len(torch.unique(ids)) for _w, ids in routes) / routings_n
+            for j, name in enumerate(backends):
+                kernel = kernels[name]
+                samples = time_point(torch, kernel, x, routes, device, int(cfg.get("warmup", 5)),
+                                     int(cfg.get("iters", 20)), cuda and kernel.graph_safe)
+                result["series"][i * len(backends) + j]["points"].append(_point(s, m, samples, touched, name, bw, tflops))
+            result["points"] = result["series"][0]["points"]
+            save(result)
     if cuda:
         result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / GIB, 3)
         result["estimate_error"] = round(result["peak_memory_gib"] / result["estimate_peak_gib"] - 1, 4)
-    del kernel, weights
+    del kernels, weights
     if cuda:
         torch.cuda.empty_cache()
-    if backend == "sglang" and cfg.get("check", True):
-        result["check"] = reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)))
-    result.update(knee(result["points"], s["E"]))
-    result["status"] = "complete"
+    _finish(torch, cfg, result, s, device, dtype, report)
     result["wall_s"] = round(time.monotonic() - t_start, 2)
     save(result)
     return result
+
+
+def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str, int], device: Any, dtype: Any,
+            report: list[dict[str, Any]]) -> None:
+    """Knees, the fastest backend per M, and each backend against the fp32 reference: a backend
+    whose error passes the bound fails the sweep (its times would be of a wrong answer)."""
+    for run in result["series"]:
+        run.update(knee(run["points"], s["E"]), bound_knee_m=bound_knee(run["points"]))
+    result.update(knee(result["points"], s["E"]), bound_knee_m=bound_knee(result["points"]),
+                  winners=winners(result["series"]))
+    bound = float(cfg.get("check_bound", 0.03))
+    wrong = []
+    for entry in report:
+        if entry["status"] != "measured" or not cfg.get("check", True) or (entry["name"] == "torch" and device.type != "cuda"):
+            continue
+        check = reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)), backend=entry["name"])
+        check.update(bound=bound, ok=check["relative_error"] <= bound)
+        entry["check"] = check
+        if not check["ok"]:
+            wrong.append("%s: relative error %.4f > %.4f" % (entry["name"], check["relative_error"], bound))
+    primary = report[[r["name"] for r in report].index(result["backend"])]
+    if primary.get("check"):
+        result["check"] = primary["check"]
+    if wrong:
+        result["status"] = "error"
+        result["error"] = ("against the fp32 reference from the dequantized weights, %s: that kernel computes a wrong answer "
+                           "on this host (its times are kept in the output)" % "; ".join(wrong))
+        return
+    result["status"] = "complete"
 
 
 def _write_atomic(path: str, data: dict[str, Any]) -> None:
@@ -430,7 +667,7 @@ def main() -> int:
         print(json.dumps({"status": "error", "error": "%s: %s" % (type(err).__name__, err)}))
         return 3
     print(json.dumps(result))
-    return 0
+    return 0 if result["status"] == "complete" else 3
 
 
 if __name__ == "__main__":

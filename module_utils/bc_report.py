@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ansible.module_utils.bc_sweepstats import merge_reference, sweep_compare, sweep_table
+from ansible.module_utils.bc_sweepstats import cell, merge_reference, sweep_compare, sweep_table
 
 
 def shape_key(result: dict[str, Any]) -> str:
@@ -56,69 +56,135 @@ def history_line(host: str, stamp: str, result: dict[str, Any], report: str,
         "backend": result["backend"], "ran_on": result.get("ran_on"), "gpu": result.get("environment", {}).get("gpu"),
         "knee_m": result.get("knee_m"), "plateau_ms": result.get("plateau_ms"),
         "points": [{"m": p["m"], "ms": p["ms"]} for p in result["points"]], "report": report,
+        "series": [{"backend": r["backend"], "routing": r["routing"], "points": [{"m": p["m"], "ms": p["ms"]} for p in r["points"]]}
+                   for r in series_of(result)],
         "gpu_health": health_summary(health),
     }
 
 
-def plot(path: str, title: str, primary: dict[str, Any], reference: dict[str, Any] | None) -> None:
+def series_of(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (backend, routing) series of a result; a result of one backend (before multi-backend
+    sweeps) is one uniform series."""
+    if result.get("series"):
+        return result["series"]
+    return [{"backend": result["backend"], "routing": "uniform", "impl": result.get("impl", ""), "points": result["points"]}]
+
+
+def plot(path: str, title: str, result: dict[str, Any]) -> None:
+    """Log-log time and per-token cost vs M: every backend under every routing (one color per
+    backend, one line style per routing), with both floors of the first routing and the knee."""
     import matplotlib  # noqa: PLC0415 - the controller's plotting dependency, loaded only here
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    pts = sorted(primary["points"], key=lambda p: p["m"])
-    ms = [p["m"] for p in pts]
-    label = "%s (%s)" % (primary["backend"], primary.get("impl", ""))
-    ax1.loglog(ms, [p["ms"] for p in pts], "o-", label=label)
-    ax2.loglog(ms, [p["us_per_token"] for p in pts], "o-", label=label)
-    if all(p.get("floor_ms") for p in pts):
-        ax1.loglog(ms, [p["floor_ms"] for p in pts], "k--", label="weight-streaming floor")
-        ax2.loglog(ms, [p["floor_ms"] * 1000 / p["m"] for p in pts], "k--", label="floor")
-    if reference:
-        rp = sorted(reference["points"], key=lambda p: p["m"])
-        ax1.loglog([p["m"] for p in rp], [p["ms"] for p in rp], "s:", label="torch %s reference" % reference.get("dtype", ""))
-        ax2.loglog([p["m"] for p in rp], [p["us_per_token"] for p in rp], "s:", label="torch reference")
-    if primary.get("knee_m"):
-        for ax in (ax1, ax2):
-            ax.axvline(primary["knee_m"], color="tab:red", alpha=0.5, linestyle="-.", label="knee M=%d" % primary["knee_m"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    runs = series_of(result)
+    backends = list(dict.fromkeys(r["backend"] for r in runs))
+    routings = list(dict.fromkeys(r["routing"] for r in runs))
+    styles = ["o-", "s--", "^:", "d-."]
+    for run in runs:
+        pts = sorted(run["points"], key=lambda p: p["m"])
+        ms = [p["m"] for p in pts]
+        color = "C%d" % backends.index(run["backend"])
+        style = styles[routings.index(run["routing"]) % len(styles)]
+        label = "%s, %s" % (run["backend"], run["routing"])
+        ax1.loglog(ms, [p["ms"] for p in pts], style, color=color, label=label, markersize=4)
+        ax2.loglog(ms, [p["ms"] * 1000 / p["m"] for p in pts], style, color=color, label=label, markersize=4)
+    first = sorted(runs[0]["points"], key=lambda p: p["m"])
+    for key, label, style in (("floor_bytes_ms", "INT4 bytes / copy bandwidth", "k--"),
+                              ("floor_flops_ms", "FLOPs / dense bf16 throughput", "k:")):
+        if first and all(p.get(key) for p in first):
+            ax1.loglog([p["m"] for p in first], [p[key] for p in first], style, label=label)
+            ax2.loglog([p["m"] for p in first], [p[key] * 1000 / p["m"] for p in first], style, label=label)
+    if first and all(p.get("floor_ms") for p in first) and not any(p.get("floor_bytes_ms") for p in first):
+        ax1.loglog([p["m"] for p in first], [p["floor_ms"] for p in first], "k--", label="weight-streaming floor")
+        ax2.loglog([p["m"] for p in first], [p["floor_ms"] * 1000 / p["m"] for p in first], "k--", label="floor")
+    marks = ((result.get("knee_m"), "tab:red", "knee M=%s"), (result.get("bound_knee_m"), "tab:purple", "compute bound from M=%s"))
+    for m, color, label in marks:
+        if m:
+            for ax in (ax1, ax2):
+                ax.axvline(m, color=color, alpha=0.5, linestyle="-.", label=label % m)
     ax1.set(xlabel="tokens M", ylabel="ms per MoE layer call", title="time vs M")
     ax2.set(xlabel="tokens M", ylabel="us per token", title="per-token cost vs M")
     for ax in (ax1, ax2):
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def render(host: str, stamp: str, primary: dict[str, Any], reference: dict[str, Any] | None,
-           previous: dict[str, Any] | None, png_name: str, health: dict[str, Any] | None = None) -> str:
+def side_by_side(result: dict[str, Any]) -> list[str]:
+    """Per routing: each M with the floor (and its bound) and every backend's time and its ratio to
+    the floor, the fastest in bold."""
+    runs = series_of(result)
+    backends = list(dict.fromkeys(r["backend"] for r in runs))
+    if len(runs) < 2:
+        return []
+    lines = []
+    for routing in dict.fromkeys(r["routing"] for r in runs):
+        by = {r["backend"]: {p["m"]: p for p in r["points"]} for r in runs if r["routing"] == routing}
+        ref = next(iter(by.values()))
+        lines += ["", "### Routing %s" % routing, "",
+                  "| M | experts | floor ms | bound | " + " | ".join("%s ms | x floor" % b for b in backends) + " | fastest |",
+                  "|---:|---:|---:|---|" + "---:|---:|" * len(backends) + "---|"]
+        for m in sorted(ref):
+            cells = [(b, by.get(b, {}).get(m)) for b in backends]
+            timed = [(b, p["ms"]) for b, p in cells if p]
+            best = min(timed, key=lambda bm: bm[1])[0] if timed else "-"
+            row = [str(m), cell(ref[m].get("experts_touched")), cell(ref[m].get("floor_ms")), ref[m].get("bound") or "-"]
+            for b, p in cells:
+                ms = cell(p["ms"]) if p else "-"
+                row += ["**%s**" % ms if b == best else ms,
+                        cell(round(p["ms"] / p["floor_ms"], 3)) if p and p.get("floor_ms") else "-"]
+            lines.append("| " + " | ".join([*row, best]) + " |")
+    return lines
+
+
+def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, Any] | None, png_name: str,
+           health: dict[str, Any] | None = None) -> str:
     env = primary.get("environment", {})
     s = primary["shape"]
+    runs = series_of(primary)
     table_src = dict(primary)
-    if reference:
+    reference = next((r for r in runs if r["backend"] == "torch" and r["routing"] == runs[0]["routing"]), None)
+    if reference and primary["backend"] != "torch":
         table_src["points"] = merge_reference(primary["points"], reference["points"])
+    backends = primary.get("backends") or [{"name": primary["backend"], "status": "measured", "impl": primary.get("impl", "")}]
     lines = [
         "# Marlin MoE sweep: %s, %s" % (host, stamp), "",
         "- shape: %d experts, hidden %d, intermediate/GPU %d (tp_size %s), top-%d, group %d, INT%d, %s"
         % (s["E"], s["K"], s["N"], primary.get("tp_size"), s["topk"], s["group"], s["bits"], primary.get("dtype")),
-        "- backend: %s (%s), ran on %s: %s" % (primary["backend"], primary.get("impl", ""), primary.get("ran_on"),
-                                              env.get("gpu") or env.get("cpu")),
+        "- backends: %s; ran on %s: %s" % ("; ".join(
+            "%s (%s)" % (b["name"], b.get("impl") or "not timed: %s" % b.get("why", "")) for b in backends),
+            primary.get("ran_on"), env.get("gpu") or env.get("cpu")),
+        "- routing: %s" % ", ".join(dict.fromkeys(r["routing"] for r in runs)),
         "- versions: torch %s, sglang %s, python %s, driver %s" % (env.get("torch"), env.get("sglang"), env.get("python"),
                                                                   env.get("driver", "-")),
-        "- knee: M=%s; plateau %.4f ms at M=%s" % (primary.get("knee_m"), primary.get("plateau_ms") or 0, primary.get("plateau_m")),
-        "- copy bandwidth measured in this run: %s GB/s" % (primary.get("copy_bandwidth_gbs") or "-"),
+        "- knee (%s, %s): M=%s; plateau %.4f ms at M=%s" % (primary["backend"], runs[0]["routing"], primary.get("knee_m"),
+                                                           primary.get("plateau_ms") or 0, primary.get("plateau_m")),
+        "- measured in this run: copy bandwidth %s GB/s, dense bf16 %s TFLOP/s; the floor is compute bound from M=%s"
+        % (primary.get("copy_bandwidth_gbs") or "-", primary.get("dense_tflops") or "-", primary.get("bound_knee_m") or "-"),
         "- peak memory: %s GiB (preflight estimate %s GiB)" % (primary.get("peak_memory_gib", "-"), primary.get("estimate_peak_gib")),
         "- weight preparation %s s, whole sweep %s s" % (primary.get("prepare_s"), primary.get("wall_s")),
     ]
-    if primary.get("check"):
+    for b in backends:
+        if b.get("check"):
+            lines.append("- correctness of %s: relative error %.4f vs fp32 reference (%d experts, M=%d; bound %s)"
+                         % (b["name"], b["check"]["relative_error"], b["check"]["experts"], b["check"]["m"], b["check"].get("bound", "-")))
+    if not primary.get("backends") and primary.get("check"):
         lines.append("- correctness: relative error %.4f vs fp32 reference (%d experts, M=%d)"
                      % (primary["check"]["relative_error"], primary["check"]["experts"], primary["check"]["m"]))
     if primary.get("note"):
         lines.append("- note: " + primary["note"])
-    lines += ["", sweep_table(table_src), "", "![sweep](%s)" % png_name, ""]
+    lines += ["", "## %s, %s routing" % (primary["backend"], runs[0]["routing"]), "", sweep_table(table_src), "",
+              "![sweep](%s)" % png_name]
+    side = side_by_side(primary)
+    if side:
+        lines += ["", "## Kernels side by side (x floor: time / roofline floor; 1.0 is the floor)", *side]
+    lines.append("")
     if previous:
         cmp_rows = sweep_compare(primary["points"], previous["points"])
         lines += ["## Against the previous run (%s)" % previous["stamp"], "",

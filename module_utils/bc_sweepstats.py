@@ -37,9 +37,32 @@ def shard(shape: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def validate(shape: dict[str, Any], batch_sizes: Iterable[int], backend: str) -> dict[str, int]:
+# the backends the sweep can time (marlin_sweep's `backends`): SGLang's Marlin MoE, SGLang's Triton
+# fused_moe with int4_w4a16, and the dequantized bf16 grouped GEMM; `auto` is sglang
+BACKENDS = ("sglang", "triton", "torch")
+# the backends that stream INT4 words (each holds its own layout of the same values)
+INT4_BACKENDS = ("sglang", "triton")
+
+
+def backend_list(backends: str | Iterable[str]) -> list[str]:
+    """The backends asked for, `auto` read as sglang, each once, in the order given."""
+    names = [backends] if isinstance(backends, str) else list(backends)
+    out: list[str] = []
+    for given in names:
+        name = "sglang" if given == "auto" else given
+        if name not in BACKENDS:
+            raise ShapeError("backend %r is not one of %s (or auto)" % (name, ", ".join(BACKENDS)))
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ShapeError("backends is empty: give one or more of %s" % ", ".join(BACKENDS))
+    return out
+
+
+def validate(shape: dict[str, Any], batch_sizes: Iterable[int], backends: str | Iterable[str]) -> dict[str, int]:
     """Check a sweep before anything is allocated. Returns the per-GPU shape."""
     s = shard(shape)
+    chosen = backend_list(backends)
     for field, key in (("num_experts", "E"), ("hidden_size", "K"), ("top_k", "topk")):
         if s[key] < 1:
             raise ShapeError("%s must be >= 1, got %d" % (field, s[key]))
@@ -54,7 +77,7 @@ def validate(shape: dict[str, Any], batch_sizes: Iterable[int], backend: str) ->
     bad = [m for m in sizes if int(m) < 1]
     if bad:
         raise ShapeError("batch_sizes must be positive integers, got %s" % bad)
-    if backend in ("sglang", "auto"):
+    if "sglang" in chosen:
         if s["group"] not in MARLIN_GROUP_SIZES:
             raise ShapeError("group_size %d is not one the Marlin kernel takes (%s)"
                              % (s["group"], ", ".join(map(str, MARLIN_GROUP_SIZES))))
@@ -62,10 +85,64 @@ def validate(shape: dict[str, Any], batch_sizes: Iterable[int], backend: str) ->
             raise ShapeError("hidden_size %d must be a multiple of 128 (Marlin tile)" % s["K"])
         if s["N"] % 64:
             raise ShapeError("intermediate_size/tp_size = %d must be a multiple of 64 (Marlin tile)" % s["N"])
+    if "triton" in chosen and (s["bits"] != 4 or s["group"] < 1):
+        raise ShapeError("backend triton runs SGLang's fused_moe int4_w4a16: it needs num_bits 4 and a group_size "
+                         ">= 1 (got num_bits %d, group_size %d); drop triton from backends" % (s["bits"], s["group"]))
     if s["group"] != -1 and (s["K"] % s["group"] or s["N"] % s["group"]):
         raise ShapeError("group_size %d must divide hidden_size %d and intermediate_size/tp_size %d"
                          % (s["group"], s["K"], s["N"]))
     return s
+
+
+ROUTING_KINDS = ("uniform", "zipf", "hot", "replay")
+
+
+def routing_spec(spec: dict[str, Any], s: dict[str, int], field: str = "routing") -> dict[str, Any]:
+    """One routing distribution, checked and named (the name goes into the result and the report):
+      uniform              every token picks top_k distinct experts uniformly (the default)
+      zipf, skew           expert popularity ~ 1/rank**skew (ranks a seeded permutation of the experts)
+      hot, fraction, experts   a fraction of the tokens pick only among a few hot experts
+      replay, file         recorded top-k expert ids (e.g. captured from the real server), in windows
+    Errors name the field and the fix."""
+    kind = spec.get("kind") or "uniform"
+    if kind not in ROUTING_KINDS:
+        raise ShapeError("%s kind=%r: use one of %s" % (field, kind, ", ".join(ROUTING_KINDS)))
+    if kind == "uniform":
+        return {"kind": kind, "name": "uniform"}
+    if kind == "zipf":
+        skew = float(spec.get("skew") if spec.get("skew") is not None else 1.0)
+        if not 0 < skew <= 10:
+            raise ShapeError("%s zipf skew=%s: give a skew above 0 and at most 10 (1.0 is classic Zipf)" % (field, skew))
+        return {"kind": kind, "skew": skew, "name": "zipf(%g)" % skew}
+    if kind == "hot":
+        fraction = float(spec.get("fraction") if spec.get("fraction") is not None else 0.5)
+        experts = int(spec.get("experts") or 2 * s["topk"])
+        if not 0 < fraction <= 1:
+            raise ShapeError("%s hot fraction=%s: give the share of tokens sent to the hot experts, above 0 and at most 1"
+                             % (field, fraction))
+        if not s["topk"] <= experts <= s["E"]:
+            raise ShapeError("%s hot experts=%d: give from top_k (%d) to num_experts (%d) hot experts"
+                             % (field, experts, s["topk"], s["E"]))
+        return {"kind": kind, "fraction": fraction, "experts": experts, "name": "hot(%g of tokens to %d)" % (fraction, experts)}
+    path = spec.get("file")
+    if not path:
+        raise ShapeError("%s replay needs file: a JSON file of recorded top-k expert ids, [[e0, .., e%d], ...]"
+                         % (field, s["topk"] - 1))
+    return {"kind": kind, "file": str(path), "name": "replay(%s)" % str(path).rsplit("/", 1)[-1]}
+
+
+def replay_ids(data: Any, s: dict[str, int], path: str) -> list[list[int]]:
+    """Recorded top-k ids from a replay file's JSON: a list of rows, or {"topk_ids": rows}; each row
+    top_k distinct expert ids in 0..num_experts-1. Errors name the file, the row and the fix."""
+    rows = data.get("topk_ids") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not rows:
+        raise ShapeError("replay file %s holds no rows: give [[e0, ..], ..] or {\"topk_ids\": [[..], ..]}" % path)
+    for i, row in enumerate(rows):
+        if (not isinstance(row, list) or len(row) != s["topk"] or len(set(row)) != len(row)
+                or not all(isinstance(e, int) and not isinstance(e, bool) and 0 <= e < s["E"] for e in row)):
+            raise ShapeError("replay file %s row %d is %s: each row must be top_k=%d distinct expert ids from 0 to %d "
+                             "(record it with the same model's expert count)" % (path, i, str(row)[:60], s["topk"], s["E"] - 1))
+    return rows
 
 
 def weight_bytes(s: dict[str, int], experts: float | None = None, dtype_bytes: int = 2) -> float:
@@ -90,11 +167,49 @@ def expected_experts_touched(s: dict[str, int], m: int) -> float:
     return s["E"] * (1 - miss)
 
 
-def point_cost(s: dict[str, int], m: int, experts_touched: float, dtype_bytes: int = 2) -> dict[str, float]:
-    """Bytes the kernel must move (weights of touched experts + activations) and its FLOPs."""
+def point_cost(s: dict[str, int], m: int, experts_touched: float, dtype_bytes: int = 2,
+               backend: str = "sglang") -> dict[str, float]:
+    """Bytes the kernel must move (weights of touched experts, in the backend's own format, plus
+    activations) and its FLOPs. The INT4 backends stream packed words and scales, torch bf16."""
     act = m * s["K"] * dtype_bytes * 2 + m * s["topk"] * (2 * s["N"] + s["N"] + s["K"]) * dtype_bytes
     flops = 2.0 * m * s["topk"] * (s["K"] * 2 * s["N"] + s["N"] * s["K"])
-    return {"bytes": weight_bytes(s, experts_touched, dtype_bytes) + act, "flops": flops}
+    weights = dense_weight_bytes(s, experts_touched, dtype_bytes) if backend == "torch" else weight_bytes(s, experts_touched, dtype_bytes)
+    return {"bytes": weights + act, "flops": flops}
+
+
+def floors(s: dict[str, int], m: int, experts_touched: float, bandwidth: float, tensor_flops: float,
+           dtype_bytes: int = 2) -> dict[str, Any]:
+    """The roofline floor of one point for INT4 weights: the time to stream the touched experts'
+    INT4 words and scales plus the activations at the measured copy bandwidth (bytes/s), and the
+    time of the FLOPs at the measured dense bf16 tensor throughput (FLOP/s); the floor is the larger,
+    and `bound` says which. Either rate 0 (not measured: no GPU) gives Nones."""
+    if bandwidth <= 0 or tensor_flops <= 0:
+        return {"floor_bytes_ms": None, "floor_flops_ms": None, "floor_ms": None, "bound": None}
+    cost = point_cost(s, m, experts_touched, dtype_bytes)
+    by_bytes, by_flops = cost["bytes"] / bandwidth * 1000, cost["flops"] / tensor_flops * 1000
+    return {"floor_bytes_ms": round(by_bytes, 5), "floor_flops_ms": round(by_flops, 5),
+            "floor_ms": round(max(by_bytes, by_flops), 5), "bound": "compute" if by_flops > by_bytes else "memory"}
+
+
+def bound_knee(points: list[dict[str, Any]]) -> int | None:
+    """The smallest M from which the floor is compute bound (FLOPs, not bytes), None if never."""
+    return next((p["m"] for p in sorted(points, key=lambda q: q["m"]) if p.get("bound") == "compute"), None)
+
+
+def winners(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per routing and M: the fastest backend, its time, and every backend's time and ratio to the
+    floor (ms / floor_ms: 1.0 is at the floor). `series` are the sweep's {backend, routing, points}."""
+    table: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in series:
+        for p in run["points"]:
+            row = table.setdefault((run["routing"], p["m"]), {"routing": run["routing"], "m": p["m"], "backends": {}})
+            row["backends"][run["backend"]] = {
+                "ms": p["ms"], "to_floor": round(p["ms"] / p["floor_ms"], 3) if p.get("floor_ms") else None}
+    out = []
+    for (_routing, _m), row in sorted(table.items(), key=lambda kv: (kv[0][0] != series[0]["routing"], kv[0])):
+        best = min(row["backends"].items(), key=lambda kv: kv[1]["ms"])
+        out.append(dict(row, fastest=best[0], fastest_ms=best[1]["ms"]))
+    return out
 
 
 def call_bytes(s: dict[str, int], m: int, dtype_bytes: int = 2) -> float:
@@ -106,23 +221,37 @@ def call_bytes(s: dict[str, int], m: int, dtype_bytes: int = 2) -> float:
     return acts + sort + 4 * 1024 * 1024  # + workspace and allocator rounding
 
 
-def estimate_peak_bytes(s: dict[str, int], batch_sizes: Iterable[int], backend: str,
-                        routings: int = 8, dtype_bytes: int = 2, chunk_experts: int = 8) -> int:
-    """Peak device memory of the sweep: resident weights + one chunk being built + the largest
-    point's working set (one call's buffers, shared by the per-routing graphs) + the routings.
-    The copy-bandwidth probe (1 GiB, 17x the H200's L2) runs before the weights exist."""
-    m = max(batch_sizes)
+def resident_bytes(s: dict[str, int], backend: str, dtype_bytes: int = 2) -> float:
+    """Weights a backend keeps on the device for the whole sweep: each INT4 backend its own layout
+    of the packed words and scales (the same size), torch the dequantized bf16 matrices."""
+    return dense_weight_bytes(s, dtype_bytes=dtype_bytes) if backend == "torch" else weight_bytes(s, dtype_bytes=dtype_bytes)
+
+
+def build_bytes(s: dict[str, int], backend: str, dtype_bytes: int = 2, chunk_experts: int = 8) -> float:
+    """Transient memory while a backend's weights are built: one GPTQ chunk of experts and its
+    repacked copy (INT4), or one GPTQ chunk and one expert's fp32 dequantization (torch)."""
     chunk = min(chunk_experts, s["E"])
-    packed = weight_bytes(s, dtype_bytes=dtype_bytes)
     if backend == "torch":
-        # dense weights, plus one GPTQ chunk and one expert's fp32 dequantization in flight
-        weights = dense_weight_bytes(s, dtype_bytes=dtype_bytes)
-        build = weight_bytes(s, chunk, dtype_bytes) + 3 * s["K"] * 2 * s["N"] * 4
-        acts = 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes + call_bytes(s, m, dtype_bytes)
-    else:
-        weights = packed
-        build = 2 * weight_bytes(s, chunk, dtype_bytes)  # a GPTQ chunk and its repacked copy
-        acts = call_bytes(s, m, dtype_bytes)
+        return weight_bytes(s, chunk, dtype_bytes) + 3 * s["K"] * 2 * s["N"] * 4
+    return 2 * weight_bytes(s, chunk, dtype_bytes)
+
+
+def estimate_peak_bytes(s: dict[str, int], batch_sizes: Iterable[int], backends: str | Iterable[str],
+                        routings: int = 8, dtype_bytes: int = 2, chunk_experts: int = 8) -> int:
+    """Peak device memory of the sweep: the resident weights of every backend (all are built before
+    the first point, so that each M is timed back to back on the same inputs) + the larger of the
+    last build and the largest point's working set (one call's buffers, shared by the per-routing
+    graphs; torch's grouped GEMM also holds its gathered inputs) + the routings. The copy-bandwidth
+    and tensor-throughput probes run before the weights exist."""
+    chosen = backend_list(backends)
+    m = max(batch_sizes)
+    weights = sum(resident_bytes(s, b, dtype_bytes) for b in chosen)
+    build = max(build_bytes(s, b, dtype_bytes, chunk_experts) for b in chosen)
+    acts = call_bytes(s, m, dtype_bytes)
+    if "triton" in chosen:  # SGLang's Triton path keeps the down-projection output per (token, expert), and the input copy
+        acts += (m * s["topk"] * s["K"] + m * s["K"]) * dtype_bytes
+    if "torch" in chosen:
+        acts += 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes
     routing = routings * m * s["topk"] * 8 + m * s["E"] * 4
     context = 64 * 1024 * 1024
     return int(max(GIB, weights + max(build, acts + routing)) + context)
@@ -183,7 +312,29 @@ def sweep_compare(current: list[dict[str, Any]], previous: list[dict[str, Any]],
             for p in sorted(current, key=lambda q: q["m"]) if p["m"] in prev and prev[p["m"]]]
 
 
-def _fmt(value: Any) -> str:
+def series_compare(current: list[dict[str, Any]], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (backend, routing) present in both runs: the per-M comparison (sweep_compare) and the
+    worst deviation |ratio - 1| (a run-to-run fidelity figure)."""
+    prev = {(r["backend"], r["routing"]): r for r in previous}
+    out = []
+    for run in current:
+        old = prev.get((run["backend"], run["routing"]))
+        if old:
+            rows = sweep_compare(run["points"], old["points"])
+            out.append({"backend": run["backend"], "routing": run["routing"], "rows": rows,
+                        "worst": round(max((abs(r["ratio"] - 1) for r in rows), default=0.0), 4)})
+    return out
+
+
+def backend_ratios(series: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Within one run: per routing and M, each backend's time over `baseline`'s (above 1 is slower)."""
+    base = {(r["routing"], p["m"]): p["ms"] for r in series if r["backend"] == baseline for p in r["points"]}
+    return [{"routing": r["routing"], "backend": r["backend"], "m": p["m"], "ms": p["ms"],
+             "ratio": round(p["ms"] / base[(r["routing"], p["m"])], 4)}
+            for r in series if r["backend"] != baseline for p in r["points"] if base.get((r["routing"], p["m"]))]
+
+
+def cell(value: Any) -> str:
     """Table cell: 1 decimal from 100 up, 3 from 1 up, 4 below 1; '-' for None."""
     if value is None:
         return "-"
@@ -204,7 +355,7 @@ def sweep_table(result: dict[str, Any]) -> str:
                p["tflops"], p.get("floor_ms"), p.get("efficiency")]
         if with_ref:
             row +=  [p.get("torch_ms"), p.get("speedup")]
-        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
     return "\n".join(lines)
 
 

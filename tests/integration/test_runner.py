@@ -20,7 +20,7 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     # survey answers arrive as strings, the way AWX passes them
     (pdd / "env" / "extravars").write_text(json.dumps({
         "bc_target": "inference", "bc_sweep_batch_sizes": "1,2,4,8", "bc_sweep_tp_sizes": "1",
-        "bc_sweep_backend": "torch", "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 3,
+        "bc_sweep_backends": "torch", "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 3,
         "bc_api_key": SECRET}))
     (pdd / "env" / "settings").write_text(json.dumps({"idle_timeout": 0, "job_timeout": 3600}))
     (pdd / "env" / "envvars").write_text(json.dumps({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),

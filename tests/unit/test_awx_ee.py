@@ -29,7 +29,7 @@ def test_awx_playbook_syntax():
 def test_survey_covers_what_operators_choose():
     survey = json.loads((ROOT / "awx/survey.json").read_text())
     variables = {q["variable"] for q in survey["spec"]}
-    assert variables == {"bc_target", "bc_sweep_batch_sizes", "bc_sweep_tp_sizes", "bc_sweep_backend",
+    assert variables == {"bc_target", "bc_sweep_batch_sizes", "bc_sweep_tp_sizes", "bc_sweep_backends",
                          "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break", "bc_gpu_health_policy", "bc_gpu_health_dcgm"}
     # what a bad day needs: every answer the survey offers passes the preflight's own check
     from bc_filters import settings_problems
