@@ -1,0 +1,254 @@
+"""Kernels side by side (issue 16) on the CPU: the routing distributions, the two-sided roofline,
+the fastest backend per M, the memory estimate that grows with the backends, a kernel that computes
+a wrong answer, the report and the run comparison. The H200 runs these feed are in docs/benchmarks.md;
+the fixtures are two of them (tp 8, three backends, two routings), unchanged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from ansible.module_utils import bc_marlin, bc_report
+from ansible.module_utils.bc_sweepstats import (
+    GIB,
+    ShapeError,
+    backend_list,
+    bound_knee,
+    estimate_peak_bytes,
+    floors,
+    replay_ids,
+    routing_spec,
+    series_compare,
+    shard,
+    validate,
+    winners,
+)
+from test_modules_adhoc import adhoc
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests/unit/fixtures/h200"
+K26 = {"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8, "group_size": 32, "num_bits": 4}
+SMALL = {"num_experts": 8, "hidden_size": 128, "intermediate_size": 64, "top_k": 2, "group_size": 32, "num_bits": 4, "tp_size": 1}
+CPU = torch.device("cpu")
+
+
+def sample(spec: dict, m: int, s: dict | None = None, seed: int = 0):
+    s = s or shard(dict(K26, tp_size=1))
+    gen = torch.Generator().manual_seed(seed)
+    routing = bc_marlin.Routing(torch, s, routing_spec(spec, s), CPU, gen)
+    return routing, routing.sample(m, gen)
+
+
+@pytest.mark.parametrize("spec", [{"kind": "uniform"}, {"kind": "zipf", "skew": 1.0}, {"kind": "hot", "fraction": 0.5}])
+def test_every_distribution_gives_top_k_distinct_experts_and_weights_summing_to_one(spec):
+    _r, (w, ids) = sample(spec, 512)
+    assert ids.shape == (512, 8) and ids.dtype == torch.int32 and int(ids.min()) >= 0 and int(ids.max()) < 384
+    assert all(len(set(row)) == 8 for row in ids.tolist())
+    assert torch.allclose(w.sum(-1), torch.ones(512), atol=1e-5) and bool((w > 0).all())
+
+
+def test_zipf_concentrates_tokens_on_the_popular_experts_and_touches_fewer():
+    _r, (_w, uniform) = sample({"kind": "uniform"}, 64)
+    routing, (_w, zipf) = sample({"kind": "zipf", "skew": 1.0}, 64)
+    assert len(zipf.unique()) < len(uniform.unique())  # fewer experts touched: fewer bytes to stream
+    counts = torch.bincount(zipf.reshape(-1).long(), minlength=384)
+    top = int(torch.argmax(routing.logp))  # the rank-1 expert
+    assert int(counts[top]) > 0.4 * 64  # p = 1/H(384) per draw, 8 draws (uniform: 8/384 of the tokens, 1.3)
+    _r, (_w, steeper) = sample({"kind": "zipf", "skew": 2.0}, 64)
+    assert len(steeper.unique()) < len(zipf.unique())
+
+
+def test_hot_sends_the_fraction_of_tokens_to_the_hot_experts_only():
+    routing, (_w, ids) = sample({"kind": "hot", "fraction": 1.0, "experts": 12}, 256)
+    hot = set(torch.nonzero(routing.hot_mask == 0).reshape(-1).tolist())
+    assert len(hot) == 12 and set(ids.unique().tolist()) == hot
+    _r, (_w, half) = sample({"kind": "hot", "fraction": 0.5, "experts": 12}, 2000, seed=1)
+    routing = _r
+    hot = set(torch.nonzero(routing.hot_mask == 0).reshape(-1).tolist())
+    only_hot = sum(set(row) <= hot for row in half.tolist())
+    assert 0.4 * 2000 < only_hot < 0.6 * 2000
+
+
+def test_replay_takes_windows_of_the_recorded_rows(tmp_path):
+    s = shard(dict(SMALL))
+    rows = [[0, 1], [2, 3], [4, 5], [6, 7], [1, 2]]
+    path = tmp_path / "ids.json"
+    path.write_text(json.dumps({"topk_ids": rows}))
+    _r, (_w, ids) = sample({"kind": "replay", "file": str(path)}, 7, s)
+    got = ids.tolist()
+    start = rows.index(got[0])
+    assert got == [rows[(start + i) % len(rows)] for i in range(7)]  # consecutive, wrapping
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ([], "holds no rows"),
+    ([[0, 1], [0, 0]], "row 1 is [0, 0]"),
+    ([[0, 9]], "row 0 is [0, 9]: each row must be top_k=2 distinct expert ids from 0 to 7"),
+    ([[0, 1, 2]], "row 0"),
+    ({"topk_ids": [[0, True]]}, "row 0"),
+])
+def test_replay_rows_that_do_not_fit_the_model_are_refused_naming_the_row(data, message):
+    with pytest.raises(ShapeError, match=None) as err:
+        replay_ids(data, shard(dict(SMALL)), "/x/ids.json")
+    assert message in str(err.value) and "/x/ids.json" in str(err.value)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"kind": "gauss"}, "routing kind='gauss': use one of uniform, zipf, hot, replay"),
+    ({"kind": "zipf", "skew": 0}, "zipf skew=0.0: give a skew above 0"),
+    ({"kind": "hot", "fraction": 1.5}, "hot fraction=1.5"),
+    ({"kind": "hot", "experts": 4}, "hot experts=4: give from top_k (8)"),
+    ({"kind": "replay"}, "replay needs file"),
+])
+def test_routing_specs_are_checked_naming_the_field(spec, message):
+    with pytest.raises(ShapeError) as err:
+        routing_spec(spec, shard(dict(K26, tp_size=1)))
+    assert message in str(err.value)
+
+
+def test_routing_names_go_into_the_result():
+    s = shard(dict(K26, tp_size=1))
+    assert [routing_spec(x, s)["name"] for x in ({"kind": "uniform"}, {"kind": "zipf", "skew": 1.2},
+                                                 {"kind": "hot", "fraction": 0.25, "experts": 16},
+                                                 {"kind": "replay", "file": "/d/k26-ids.json"})] == [
+        "uniform", "zipf(1.2)", "hot(0.25 of tokens to 16)", "replay(k26-ids.json)"]
+
+
+def test_the_floor_is_bytes_at_small_m_and_flops_at_large_m():
+    s = shard(dict(K26, tp_size=1))
+    bw, tc = 4.22e12, 786e12  # the H200's measured copy bandwidth and dense bf16 rate
+    small, large = floors(s, 1, 8, bw, tc), floors(s, 16384, 384, bw, tc)
+    assert small["bound"] == "memory" and small["floor_ms"] == small["floor_bytes_ms"] > small["floor_flops_ms"]
+    assert large["bound"] == "compute" and large["floor_ms"] == large["floor_flops_ms"] > large["floor_bytes_ms"]
+    # FLOPs: 2 * M * top_k * 3 * K * N at the measured rate
+    assert large["floor_flops_ms"] == pytest.approx(2 * 16384 * 8 * 3 * 7168 * 2048 / tc * 1000, rel=1e-4)
+    points = [dict(floors(s, m, min(384, 8 * m), bw, tc), m=m) for m in (1, 64, 1024, 2048, 4096, 8192)]
+    knee = bound_knee(points)
+    assert knee is not None and all(p["bound"] == "memory" for p in points if p["m"] < knee)
+    assert floors(s, 1, 8, 0.0, tc)["floor_ms"] is None  # no GPU, no floor
+
+
+def test_winners_name_the_fastest_backend_per_routing_and_m_and_the_distance_to_the_floor():
+    series = [{"backend": b, "routing": r, "points": [{"m": 1, "ms": ms, "floor_ms": 0.05}, {"m": 8, "ms": ms * 2, "floor_ms": 0.2}]}
+              for b, r, ms in (("sglang", "uniform", 0.1), ("triton", "uniform", 0.3), ("sglang", "zipf(1)", 0.2),
+                               ("triton", "zipf(1)", 0.15))]
+    rows = winners(series)
+    assert [(w["routing"], w["m"], w["fastest"]) for w in rows] == [
+        ("uniform", 1, "sglang"), ("uniform", 8, "sglang"), ("zipf(1)", 1, "triton"), ("zipf(1)", 8, "triton")]
+    assert rows[0]["backends"]["triton"] == {"ms": 0.3, "to_floor": 6.0}
+
+
+def test_the_estimate_grows_with_the_backends_each_layout_resident():
+    s = shard(dict(K26, tp_size=1))
+    sizes = [2 ** i for i in range(13)]
+    one, two, three = (estimate_peak_bytes(s, sizes, b) / GIB for b in (["sglang"], ["sglang", "triton"], ["sglang", "triton", "torch"]))
+    assert one < two < three
+    assert 8.86 <= two - one <= 10  # a second INT4 layout (9.51 GB = 8.86 GiB) and Triton's larger working set
+    assert three - two > 30  # the dequantized bf16 copy
+    assert estimate_peak_bytes(s, sizes, ["auto", "sglang"]) == estimate_peak_bytes(s, sizes, ["sglang"])
+
+
+def test_backend_names_are_checked_and_triton_needs_a_group():
+    assert backend_list(["auto", "torch", "sglang"]) == ["sglang", "torch"]
+    with pytest.raises(ShapeError, match="backend 'cutlass' is not one of sglang, triton, torch"):
+        backend_list(["cutlass"])
+    with pytest.raises(ShapeError, match="backend triton runs SGLang's fused_moe int4_w4a16: it needs num_bits 4 and a group_size"):
+        validate(dict(K26, group_size=-1), [1], ["triton"])
+
+
+def test_a_backend_that_cannot_run_is_reported_and_the_others_are_timed():
+    res = bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1, 4], "backends": ["torch", "triton"], "iters": 3, "warmup": 1,
+                               "device_type": "cpu", "routing": [{"kind": "uniform"}, {"kind": "zipf"}]})
+    assert res["status"] == "complete" and res["backend"] == "torch"
+    assert [(b["name"], b["status"]) for b in res["backends"]] == [("torch", "measured"), ("triton", "unavailable")]
+    assert "needs a CUDA GPU" in res["backends"][1]["why"]
+    assert [(r["backend"], r["routing"]) for r in res["series"]] == [("torch", "uniform"), ("torch", "zipf(1)")]
+    assert res["points"] == res["series"][0]["points"] and res["routing"] == ["uniform", "zipf(1)"]
+    with pytest.raises(RuntimeError, match="none of the backends asked for can run here: triton: backend triton needs a CUDA GPU"):
+        bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1], "backends": ["triton"], "device_type": "cpu"})
+
+
+class WrongKernel(bc_marlin.TorchKernel):
+    """A test double of a GPU kernel with a layout bug: the right answer scaled by 1.5."""
+
+    name = "triton"
+
+    def __init__(self, torch, w):
+        super().__init__(torch, w, torch.float32)
+
+    def __call__(self, x, topk_w, topk_ids):
+        return super().__call__(x, topk_w, topk_ids) * 1.5
+
+
+def test_a_kernel_that_computes_a_wrong_answer_fails_the_sweep_naming_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(bc_marlin.KERNELS, "triton", WrongKernel)
+    monkeypatch.setattr(bc_marlin, "available", lambda name, cuda: (True, ""))
+    saved = []
+    res = bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1, 4], "backends": ["torch", "triton"], "iters": 3, "warmup": 1,
+                               "device_type": "cpu"}, saved.append)
+    assert res["status"] == "error" and "triton: relative error 0.5000 > 0.0300" in res["error"]
+    assert saved[-1]["status"] == "error" and len(saved[-1]["series"][1]["points"]) == 2  # the times are kept
+    triton = next(b for b in res["backends"] if b["name"] == "triton")
+    assert triton["check"]["ok"] is False
+
+
+def test_the_report_puts_the_kernels_side_by_side_and_the_history_keeps_every_series(tmp_path):
+    res = json.loads((FIX / "sweep-tp8-kernels-run1.json").read_text())
+    text = bc_report.render("h200", "run1", res, None, "x.png")
+    assert "## Kernels side by side" in text and "### Routing uniform" in text and "### Routing zipf(1)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 1 | 8.000 |"))
+    fastest = min(res["winners"][0]["backends"].items(), key=lambda kv: kv[1]["ms"])[0]
+    assert row.endswith("| %s |" % fastest) and "**" in row
+    for b in res["backends"]:
+        assert "correctness of %s: relative error" % b["name"] in text
+    assert "dense bf16 %s TFLOP/s" % res["dense_tflops"] in text and "torch bf16 ms" in text
+    line = bc_report.history_line("h200", "run1", res, "r.md")
+    assert [(s["backend"], s["routing"]) for s in line["series"]] == [(s["backend"], s["routing"]) for s in res["series"]]
+    pytest.importorskip("matplotlib")
+    bc_report.plot(str(tmp_path / "p.png"), "t", res)
+    assert (tmp_path / "p.png").stat().st_size > 10000
+
+
+def test_a_result_of_one_backend_still_renders():
+    old = json.loads((FIX / "sweep-tp1-sglang-k26.json").read_text())
+    assert "series" not in old
+    text = bc_report.render("h200", "old", old, None, "x.png")
+    assert "## sglang, uniform routing" in text and "Kernels side by side" not in text
+
+
+def test_compare_runs_reports_fidelity_per_backend_and_routing(tmp_path):
+    run1, run2 = (json.loads((FIX / f).read_text()) for f in ("sweep-tp8-kernels-run1.json", "sweep-tp8-kernels-run2.json"))
+    same = series_compare(run1["series"], run1["series"])
+    assert len(same) == 6 and all(c["worst"] == 0 for c in same)
+    slow = json.loads(json.dumps(run2))
+    slow["series"][4]["points"][3]["ms"] = run1["series"][4]["points"][3]["ms"] * 1.08
+    cmp = {(c["backend"], c["routing"]): c["worst"] for c in series_compare(slow["series"], run1["series"])}
+    assert cmp[(slow["series"][4]["backend"], slow["series"][4]["routing"])] == pytest.approx(0.08, abs=1e-3)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(run1))
+    b.write_text(json.dumps(slow))
+    script = [sys.executable, str(ROOT / "bench/compare_runs.py")]
+    out = subprocess.run([*script, "--fidelity", str(a), str(b)], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "DOES NOT HOLD" in out.stdout
+    one = subprocess.run([*script, str(a)], capture_output=True, text=True, timeout=60, check=False)
+    assert one.returncode == 0 and "| uniform | triton |" in one.stdout and "/ uniform" in one.stdout
+
+
+def test_the_preflight_reports_backends_that_cannot_run_and_refuses_a_bad_replay_file(tmp_path):
+    out = str(tmp_path / "plan.json")
+    r = adhoc("marlin_sweep", dict(SMALL, output=out, backends=["torch", "triton"], preflight=True), check=True)
+    assert r["_status"] == "SUCCESS" and r["usable_backends"] == ["torch"] and "triton" in r["skipped_backends"]
+    assert r["backends"] == ["torch", "triton"] and r["backend_importable"] is True
+    only = adhoc("marlin_sweep", dict(SMALL, output=out, backends=["triton"], preflight=True), check=True)
+    assert only["backend_importable"] is False and "cannot run the triton backend without a GPU" in only["backend_error"]
+    bad = tmp_path / "ids.json"
+    bad.write_text(json.dumps([[0, 1], [3, 3]]))
+    refused = adhoc("marlin_sweep", dict(SMALL, output=out, backends=["torch"], routing=[{"kind": "replay", "file": str(bad)}]), check=True)
+    assert refused["_status"] == "FAILED!" and "row 1 is [3, 3]" in refused["msg"]
+    hostile = adhoc("marlin_sweep", dict(SMALL, output=out, routing=[{"kind": "zipf", "skew": -1}]), check=True)
+    assert hostile["_status"] == "FAILED!" and "routing[0] zipf skew=-1.0" in hostile["msg"]
