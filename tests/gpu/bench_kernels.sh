@@ -8,20 +8,12 @@
 #   inventory/h200 (K2.6 shape at tp 1 and 8, M 1..4096, uniform and Zipf routing): fidelity is the
 #   agreement of the two runs. Everything lands in $OUT/summary.txt and $OUT/bench.tar.gz.
 set -uo pipefail
-OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"; W=/tmp/bench; rm -rf "$W"; mkdir -p "$W/res"
+OUT=${OUT:-/tmp/bench-out}; W=/tmp/bench; ARCHIVE=bench.tar.gz
 STAGE=${STAGE:-smoke}
-T0=$(date +%s.%N)
-since() { awk -v a="$(date +%s.%N)" -v b="${1:-$T0}" 'BEGIN{printf "%.1f", a-b}'; }
-log() { echo "[$(since)s] $*" | tee -a "$W/summary.txt"; }
-finish() { cp "$W/summary.txt" "$OUT/"; tar -C "$W" -czf "$OUT/bench.tar.gz" . 2>/dev/null; }
-trap finish EXIT
-
-python3 -m pip install -q --no-index --find-links .gpuwheels --target /tmp/ansible-site ansible-core > "$W/pip.log" 2>&1 \
-  || { log "ansible-core did not install"; exit 1; }
-python3 .sglsrv/carry/unpack.py --dest /tmp/sglsrv/site > "$W/unpack.log" 2>&1
-# shellcheck source=/dev/null
-source .sglsrv/carry/env.sh 2>> "$W/unpack.log"
-export PYTHONPATH="/tmp/ansible-site:$PYTHONPATH" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+# shellcheck source=tests/gpu/setup.sh
+source tests/gpu/setup.sh
+mkdir -p "$W/res"
+export PYTHONPATH="/tmp/ansible-site:$PYTHONPATH"
 log "python3 $(python3 -c 'import sys, torch, sglang, triton; print(sys.version.split()[0], "torch", torch.__version__, "sglang", sglang.__version__, "triton", triton.__version__)' 2>&1 | tail -1)"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$W/summary.txt"
 

@@ -10,20 +10,10 @@
 # the GPU, as on the real site: auto releases in place; then the same cycle with a stop; then the
 # saver off; downtime of each and the throughput with the saver on and off). Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
 set -uo pipefail
-OUT=${OUT:-/tmp/e2e-out}; mkdir -p "$OUT"; W=/tmp/e2e; rm -rf "$W"; mkdir -p "$W"  # a warm machine keeps /tmp
+OUT=${OUT:-/tmp/e2e-out}; W=/tmp/e2e; ARCHIVE=e2e.tar.gz
 SCENARIO=${SCENARIO:-cycle}
-T0=$(date +%s.%N)
-since() { awk -v a="$(date +%s.%N)" -v b="${1:-$T0}" 'BEGIN{printf "%.1f", a-b}'; }
-log() { echo "[$(since)s] $*" | tee -a "$W/summary.txt"; }
-finish() { cp "$W/summary.txt" "$OUT/"; tar -C "$W" -czf "$OUT/e2e.tar.gz" . 2>/dev/null; }
-trap finish EXIT
-
-python3 -m pip install -q --no-index --find-links .gpuwheels --target /tmp/ansible-site ansible-core > "$W/pip.log" 2>&1 \
-  || { log "ansible-core did not install"; exit 1; }
-python3 .sglsrv/carry/unpack.py --dest /tmp/sglsrv/site > "$W/unpack.log" 2>&1
-# shellcheck source=/dev/null
-source .sglsrv/carry/env.sh 2>> "$W/unpack.log"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+# shellcheck source=tests/gpu/setup.sh
+source tests/gpu/setup.sh
 # shellcheck source=/dev/null
 source tests/gpu/sd-boot.sh
 SD_DEBS=.sd sd_boot >> "$W/summary.txt" 2>&1 || { log "systemd did not boot"; exit 1; }
