@@ -17,8 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
-from bc_sweepstats import backend_ratios, knee, series_compare
+import ansible.module_utils
+
+# the project's shared code under its one import path (see filter_plugins/bc_filters.py)
+ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
+from ansible.module_utils.bc_sweepstats import backend_ratios, knee, series_compare  # noqa: E402
 
 
 def series(res: dict[str, Any]) -> list[dict[str, Any]]:

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import Any
 
+import ansible.module_utils
 from ansible.plugins.callback import CallbackBase
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "filter_plugins"))
-from bc_filters import redact, reload_line
+# the project's shared code under its one import path, ansible.module_utils.bc_* (see filter_plugins/bc_filters.py)
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MODULE_UTILS)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
-from bc_export import junit
+from ansible.module_utils.bc_export import junit  # noqa: E402
+from ansible.module_utils.bc_health import reload_line  # noqa: E402
+from ansible.module_utils.bc_host import redact  # noqa: E402
 
 DOCUMENTATION = r"""
 name: benchmark_cycle_progress

@@ -7,16 +7,26 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
-from bc_engines import profile
-from bc_export import finite_number as _number
-from bc_export import textfile as prom_textfile
-from bc_host import redact as _redact
-from bc_strategy import POLICIES, choose
-from bc_sweepstats import (
+import ansible.module_utils
+
+# One import path for the project's shared code, on the controller as on the hosts:
+# ansible.module_utils.bc_* (AnsiballZ ships module_utils/ to the modules, ansible.cfg's
+# module_utils setting; the plugins register the same folder on that package's path), so each
+# file is loaded once, under one name, by modules, plugins, tests and the sweep's worker alike.
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MODULE_UTILS)
+
+from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.bc_export import finite_number as _number
+from ansible.module_utils.bc_export import textfile as prom_textfile
+from ansible.module_utils.bc_health import reload_line
+from ansible.module_utils.bc_host import redact as _redact
+from ansible.module_utils.bc_host import vmstat
+from ansible.module_utils.bc_strategy import POLICIES, choose
+from ansible.module_utils.bc_sweepstats import (
     BACKENDS,
     ROUTING_KINDS,
     backend_list,
@@ -26,10 +36,8 @@ from bc_sweepstats import (
     sweep_compare,
     sweep_table,
 )
-from bc_sweepstats import (
-    knee as _knee,
-)
-from bc_unit import UnitError, check_name
+from ansible.module_utils.bc_sweepstats import knee as _knee
+from ansible.module_utils.bc_unit import UnitError, check_name
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}[$]?\Z")
@@ -102,15 +110,6 @@ def systemd_quote(args: list[str]) -> str:
     return " ".join(out)
 
 
-def reload_line(result: dict[str, Any], host: str, retries_left: int | None = None) -> str:
-    """One progress line of a readiness retry: host, elapsed, phase, stage, retries left."""
-    elapsed = result.get("since_start_s")
-    clock = "--:--" if elapsed is None else "%02d:%02d" % divmod(int(elapsed), 60)
-    stage = result.get("stage") or result.get("reason") or ""
-    left = "" if retries_left is None else "  (%d retries left)" % retries_left
-    return '%s reload %s  %-8s "%s"%s' % (host, clock, result.get("phase", "?"), stage, left)
-
-
 def int_list(value: Any, name: str = "value") -> list[int]:
     """A list of positive ints from a list, an int or a comma-separated string (AWX survey answers
     arrive as strings); anything else is an error naming `name`."""
@@ -149,13 +148,13 @@ def unit_name_problem(name: str, field: str = "bc_unit") -> str:
     return ""
 
 
-def oom_kills_since(vmstat: str, before: Any) -> int:
+def oom_kills_since(text: str, before: Any) -> int:
     """How many processes the kernel's OOM killer killed since the count `before`, from the text of
-    /proc/vmstat (its `oom_kill` line); 0 when either count is unknown."""
-    match = re.search(r"(?m)^oom_kill (\d+)$", vmstat or "")
-    if match is None or before is None or str(before).strip() in ("", "None"):
+    /proc/vmstat (its `oom_kill` line, read by bc_host.vmstat); 0 when either count is unknown."""
+    now = vmstat("oom_kill", text or "")
+    if now is None or before is None or str(before).strip() in ("", "None"):
         return 0
-    return max(0, int(match.group(1)) - int(before))
+    return max(0, now - int(before))
 
 
 def closest(known: list[str], name: str) -> str:

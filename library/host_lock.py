@@ -69,12 +69,12 @@ broken_holder:
 import json
 import os
 import shutil
-import tempfile
 import time
 from datetime import datetime, timezone
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_host import write_atomic
 
 
 def read_owner(path: str) -> dict[str, Any]:
@@ -86,11 +86,7 @@ def read_owner(path: str) -> dict[str, Any]:
 
 
 def write_owner(path: str, owner: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".owner.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(owner, fh, indent=1, sort_keys=True)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, os.path.join(path, "owner.json"))
+    write_atomic(os.path.join(path, "owner.json"), json.dumps(owner, indent=1, sort_keys=True), 0o600)
 
 
 def take(path: str, owner: dict[str, Any]) -> bool:

@@ -210,33 +210,15 @@ n_restarts:
   sample: 0
 """
 
-import os
 import shutil
 import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import ENGINES
-from ansible.module_utils.bc_host import CommandError, redact
+from ansible.module_utils.bc_host import CommandError, redact, write_atomic
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_unit import Unit, UnitError
-
-
-def write_atomic(path: str, text: str, mode: int) -> None:
-    """Write beside the target with the final mode, then rename over it: never half a file, and
-    the API key's file is never readable by others, not even for a moment."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bc-")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:

@@ -217,7 +217,7 @@ from typing import Any
 import ansible.module_utils as _mu
 from ansible.module_utils import bc_marlin  # noqa: F401 - imported so that AnsiballZ ships the worker to the host
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_host import CommandError
+from ansible.module_utils.bc_host import CommandError, meminfo_mib, processes, vmstat
 from ansible.module_utils.bc_host import gpus as host_gpus
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_sweepstats import (
@@ -230,16 +230,16 @@ from ansible.module_utils.bc_sweepstats import (
     routing_spec,
     validate,
 )
-from ansible.module_utils.bc_unit import SWEEP_MODULE, processes, sweep_tags
+from ansible.module_utils.bc_unit import SWEEP_MODULE, sweep_tags
 
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits", "tp_size")
 
 
-SWEEP_MODULES = ("bc_marlin", "bc_sweepstats")
+SWEEP_MODULES = ("bc_marlin", "bc_sweepstats", "bc_host")
 
 
 def stage_sweep_package(tmpdir: str) -> str:
-    """Lay out ansible/module_utils/{bc_marlin,bc_sweepstats}.py under tmpdir, read from this
+    """Lay out ansible/module_utils/{bc_marlin,bc_sweepstats,bc_host}.py under tmpdir, read from this
     module's own payload (pkgutil works for AnsiballZ's zip and for files alike), so that the
     sweep's interpreter - the host's SGLang venv, which has no ansible - can run it."""
     pkg = os.path.join(tmpdir, "ansible", "module_utils")
@@ -311,15 +311,7 @@ def expendable() -> None:
 
 def oom_kills() -> int | None:
     """The kernel's count of OOM kills (/proc/vmstat oom_kill, Linux >= 4.13), None if unknown."""
-    try:
-        with open("/proc/vmstat", encoding="ascii") as fh:
-            for line in fh:
-                key, _sep, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
+    return vmstat("oom_kill")
 
 
 def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> dict[str, str]:
@@ -364,18 +356,6 @@ def backend_problem(errors: dict[str, str], has_gpu: bool) -> tuple[list[str], s
            else "Point bc_sweep_python at the SGLang venv, or install sglang there")
     return [], "cannot import the %s backend: %s. %s" % (
         ", ".join(errors), "; ".join(e for e in dict.fromkeys(errors.values()) if e), fix)
-
-
-def host_memory_mib() -> int | None:
-    """MemTotal of the host (/proc/meminfo), for a sweep on the CPU."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def sizing(gpus: list[dict[str, Any]], device: int, need_gib: float, margin: float, backends: list[str],
@@ -540,7 +520,7 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     return dict(gpus=gpus, backend_importable=bool(usable), backend_error=why, usable_backends=usable,
                 skipped_backends=skipped(errors, bool(gpus)) if usable else {}, oom_kills=oom_kills(),
                 **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], usable or plan["backends"],
-                         host_memory_mib()))
+                         meminfo_mib()))
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.bc_host import parse_show
 from ansible.module_utils.urls import open_url
 
 UNIT_PROPERTIES = (
@@ -70,13 +71,7 @@ def request(method: str, url: str, timeout: float, payload: dict[str, Any] | Non
 
 def parse_unit_show(text: str) -> dict[str, Any]:
     """`systemctl show -p ...` output (KEY=VALUE lines) -> dict with integers where numeric."""
-    state: dict[str, Any] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if not sep:
-            continue
-        state[key] = int(value) if value.isdigit() else value
-    return state
+    return parse_show(text, numbers=True)
 
 
 def journal_stage(lines: list[str], engine: str | dict[str, Any]) -> tuple[str, str, str]:
@@ -276,3 +271,12 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
 def _fail(result: dict[str, Any], reason: str) -> dict[str, Any]:
     result.update(failed=True, ready=False, phase="failed", reason=reason)
     return result
+
+
+def reload_line(result: dict[str, Any], host: str, retries_left: int | None = None) -> str:
+    """One progress line of a readiness retry: host, elapsed, phase, stage, retries left."""
+    elapsed = result.get("since_start_s")
+    clock = "--:--" if elapsed is None else "%02d:%02d" % divmod(int(elapsed), 60)
+    stage = result.get("stage") or result.get("reason") or ""
+    left = "" if retries_left is None else "  (%d retries left)" % retries_left
+    return '%s reload %s  %-8s "%s"%s' % (host, clock, result.get("phase", "?"), stage, left)

@@ -1,6 +1,10 @@
 # Copyright: benchmark-cycle contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Host probes every module shares: commands with a deadline, and secrets kept out of text.
+"""Host probes every module shares, in one place: commands with a deadline (`run`), the GPUs
+(`gpus`, `parse_gpu_memory`), the process table (`processes`), `systemctl show` (`parse_show`),
+the kernel's counters (`vmstat`, `meminfo_mib`), atomic writes (`write_atomic`), and secrets kept
+out of text (`redact`). Standard library only: the sweep's worker (staged on the host for the
+SGLang venv, which has no ansible) imports it too.
 
 Every command the modules run goes through `run`: a hung `nvidia-smi` (it hangs on a wedged GPU)
 or `systemctl` ends at its timeout with an error that names the command, never a hung task.
@@ -11,8 +15,10 @@ the event log) goes through `redact`.
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,3 +88,118 @@ def gpus(nvidia_smi: str, timeout: float) -> list[dict[str, Any]]:
             found.append({"index": int(parts[0]), "name": parts[1], "free_mib": int(parts[2]),
                           "total_mib": int(parts[3]), "used_mib": int(parts[4])})
     return found
+
+
+def parse_gpu_memory(csv: str) -> dict[int, int]:
+    """nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -> {index: MiB}."""
+    used = {}
+    for line in csv.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            used[int(parts[0])] = int(parts[1])
+    return used
+
+
+def parse_show(text: str, numbers: bool = False) -> dict[str, Any]:
+    """`systemctl show -p A -p B` output (KEY=VALUE lines) -> {A: value, B: value}; with `numbers`,
+    digit-only values as ints."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = int(value) if numbers and value.isdigit() else value
+    return out
+
+
+def owning_service(cgroup: str) -> str | None:
+    """The systemd service a process belongs to, from /proc/PID/cgroup (v2 "0::" line or the v1
+    "name=systemd" one): the last path component ending in .service, or None (a login session,
+    a scope, the root)."""
+    for line in cgroup.splitlines():
+        _hid, _sep, rest = line.partition(":")
+        controllers, _sep, path = rest.partition(":")
+        if controllers in ("", "name=systemd"):
+            services = [part for part in path.split("/") if part.endswith(".service")]
+            if services:
+                return services[-1]
+    return None
+
+
+def processes(proc_root: str = "/proc") -> list[dict[str, Any]]:
+    """Every process but this module's interpreter and its parents, kernel threads and zombies:
+    pid, ppid, start (clock ticks since boot: with the pid, a process's identity), argv, cmd and
+    service (None outside one)."""
+    skip = {os.getpid(), os.getppid()}
+    out = []
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        base = os.path.join(proc_root, entry)
+        try:
+            with open(os.path.join(base, "cmdline"), "rb") as fh:
+                raw = fh.read()
+            with open(os.path.join(base, "cgroup"), encoding="utf-8") as fh:
+                cgroup = fh.read()
+            with open(os.path.join(base, "stat"), encoding="utf-8", errors="replace") as fh:
+                stat = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        argv = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")] if raw.strip(b"\0") else []
+        if argv:
+            out.append({"pid": int(entry), "ppid": int(stat[1]), "start": int(stat[19]), "argv": argv,
+                        "cmd": " ".join(argv).strip(), "service": owning_service(cgroup)})
+    return out
+
+
+def vmstat(name: str, text: str | None = None) -> int | None:
+    """A counter of /proc/vmstat (e.g. oom_kill, Linux >= 4.13), from `text` (a slurped copy) or
+    the file itself; None when the kernel has no such counter or it cannot be read."""
+    try:
+        if text is None:
+            with open("/proc/vmstat", encoding="ascii") as fh:
+                text = fh.read()
+        for line in text.splitlines():
+            key, _sep, value = line.partition(" ")
+            if key == name:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def meminfo_mib(field: str = "MemTotal") -> int | None:
+    """A field of /proc/meminfo in MiB, None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def read_text(path: str) -> str | None:
+    """A file's text, None when it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """Write beside the target with the final mode, flush it to disk, then rename over it: never
+    half a file, and a secret's file is never readable by others, not even for a moment."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".bc-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -21,13 +21,13 @@ the FLOPs at the dense bf16 tensor throughput, both measured in the same run.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ansible.module_utils.bc_host import write_atomic
 from ansible.module_utils.bc_sweepstats import (
     GIB,
     backend_list,
@@ -650,17 +650,11 @@ def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str
     result["status"] = "complete"
 
 
-def _write_atomic(path: str, data: dict[str, Any]) -> None:
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-
-
 def main() -> int:
     cfg = json.load(sys.stdin)
     output: str | None = cfg.get("output")
-    save: Callable[[dict[str, Any]], None] = (lambda r: _write_atomic(output, r)) if output else (lambda r: None)
+    save: Callable[[dict[str, Any]], None] = (
+        (lambda r: write_atomic(output, json.dumps(r, indent=1, sort_keys=True))) if output else (lambda r: None))
     try:
         result = run_sweep(cfg, save)
     except Exception as err:

@@ -30,6 +30,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+# the host probes live in bc_host; the unit lifecycle's tests and callers import them from here too
+from ansible.module_utils.bc_host import (  # noqa: F401
+    owning_service,
+    parse_gpu_memory,
+    parse_show,
+    processes,
+    read_text,
+)
+
 # (rc, stdout, stderr) of an argv list, killed after `timeout` seconds
 Runner = Callable[..., tuple[int, str, str]]
 
@@ -71,16 +80,6 @@ def verify_problems(name: str, rc: int, stderr: str) -> list[str]:
     return own
 
 
-def parse_show(text: str) -> dict[str, str]:
-    """`systemctl show -p A -p B` output -> {A: value, B: value}."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
 def engine_process(argv: list[str], spec: dict[str, list[str]]) -> bool:
     """Whether a process is one of the engine's own, by exact names only (never a substring of the
     command line: a compiler building llama-server.cpp is not llama-server): its title (argv[0] after
@@ -93,46 +92,6 @@ def engine_process(argv: list[str], spec: dict[str, list[str]]) -> bool:
     if os.path.basename(argv[0]) in spec.get("executables", []):
         return True
     return any(argv[i] == "-m" and argv[i + 1] in spec.get("modules", []) for i in range(1, min(len(argv) - 1, 4)))
-
-
-def owning_service(cgroup: str) -> str | None:
-    """The systemd service a process belongs to, from /proc/PID/cgroup (v2 "0::" line or the v1
-    "name=systemd" one): the last path component ending in .service, or None (a login session,
-    a scope, the root)."""
-    for line in cgroup.splitlines():
-        _hid, _sep, rest = line.partition(":")
-        controllers, _sep, path = rest.partition(":")
-        if controllers in ("", "name=systemd"):
-            services = [part for part in path.split("/") if part.endswith(".service")]
-            if services:
-                return services[-1]
-    return None
-
-
-def processes(proc_root: str = "/proc") -> list[dict[str, Any]]:
-    """Every process but this module's interpreter and its parents, kernel threads and zombies:
-    pid, ppid, start (clock ticks since boot: with the pid, a process's identity), argv, cmd and
-    service (None outside one)."""
-    skip = {os.getpid(), os.getppid()}
-    out = []
-    for entry in os.listdir(proc_root):
-        if not entry.isdigit() or int(entry) in skip:
-            continue
-        base = os.path.join(proc_root, entry)
-        try:
-            with open(os.path.join(base, "cmdline"), "rb") as fh:
-                raw = fh.read()
-            with open(os.path.join(base, "cgroup"), encoding="utf-8") as fh:
-                cgroup = fh.read()
-            with open(os.path.join(base, "stat"), encoding="utf-8", errors="replace") as fh:
-                stat = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        argv = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")] if raw.strip(b"\0") else []
-        if argv:
-            out.append({"pid": int(entry), "ppid": int(stat[1]), "start": int(stat[19]), "argv": argv,
-                        "cmd": " ".join(argv).strip(), "service": owning_service(cgroup)})
-    return out
 
 
 def sweep_tags(procs: list[dict[str, Any]]) -> list[tuple[int, str]]:
@@ -167,27 +126,9 @@ def leftovers(members: list[dict[str, Any]], now: list[dict[str, Any]], spec: di
     return [p for p in now if (p["pid"], p["start"]) in known and engine_process(p["argv"], spec)]
 
 
-def parse_gpu_memory(csv: str) -> dict[int, int]:
-    """nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -> {index: MiB}."""
-    used = {}
-    for line in csv.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            used[int(parts[0])] = int(parts[1])
-    return used
-
-
 def busy_gpus(used: dict[int, int], free_mib: int, indices: list[int] | None = None) -> dict[int, int]:
     """The GPUs (of `indices`, or all) still holding more than free_mib MiB."""
     return {i: mib for i, mib in used.items() if (not indices or i in indices) and mib > free_mib}
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
 
 
 class Unit:
