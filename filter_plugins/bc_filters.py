@@ -277,6 +277,12 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
     return problems
 
 
+def effective(contract: dict[str, dict[str, Any]], given: Any) -> dict[str, Any]:
+    """Every setting of the contract (vars/contract.yml): the value given (inventory, AWX, -e), else
+    its default, else None (a required one, or one derived from another in vars/cycle.yml)."""
+    return {name: given[name] if name in given else spec.get("default") for name, spec in contract.items()}
+
+
 def cycle_budget(phases: dict[str, Any]) -> dict[str, Any]:
     """The cycle's worst case, phase by phase, in seconds: what an AWX job timeout must exceed
     (it kills the job and skips `always`, so a cycle that may outlast it is refused)."""
@@ -309,6 +315,6 @@ class FilterModule:
             "bc_unit_name_problem": unit_name_problem,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
-            "bc_settings_problems": settings_problems, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
+            "bc_settings_problems": settings_problems, "bc_effective": effective, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile,
         }

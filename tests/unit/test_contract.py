@@ -1,0 +1,99 @@
+"""The inventory contract (playbooks/vars/contract.yml): every bc_* setting defined once, with its type,
+default and description, one name from the inventory to the code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from bc_filters import effective
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACT = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
+# filters are bc_* too: not settings
+FILTERS = set(re.findall(r'"(bc_[a-z0-9_]+)":', (ROOT / "filter_plugins/bc_filters.py").read_text()))
+# what the plays' own keywords read (hosts, serial, max_fail_percentage): they see no play variables, so
+# their defaults stand there, and the contract holds none for them
+PLAY_KEYWORDS = {"bc_target", "bc_serial", "bc_max_fail_percentage"}
+SOURCES = [p for d in ("playbooks", "roles", "inventory", "awx", "molecule") for p in (ROOT / d).rglob("*")
+           if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ".j2") and p.name != "contract.yml"]
+
+
+# and the shared code's files (module_utils/bc_*.py), named in comments and descriptions
+FILES = {p.stem for p in (ROOT / "module_utils").glob("bc_*.py")}
+
+
+def names_in(text: str) -> set[str]:
+    return set(re.findall(r"\bbc_[a-z0-9_]+\b", text)) - FILTERS - FILES - {"bc_contract"}
+
+
+def test_every_setting_has_a_type_and_a_description():
+    for name, spec in CONTRACT.items():
+        assert name.startswith("bc_") and spec.get("type") in ("str", "int", "bool", "list", "dict", "path", "raw"), name
+        assert len(spec.get("description", "")) > 10, name
+        assert spec["type"] != "list" or "elements" in spec, name
+
+
+def test_every_name_used_anywhere_is_in_the_contract_and_every_one_there_is_used():
+    used: set[str] = set()
+    for path in SOURCES:
+        found = names_in(path.read_text())
+        unknown = found - set(CONTRACT)
+        assert not unknown, "%s uses %s, which playbooks/vars/contract.yml does not define" % (path, sorted(unknown))
+        used |= found
+    wiring = (ROOT / "playbooks/vars/cycle.yml").read_text() + "".join(
+        p.read_text() for p in (ROOT / "playbooks").glob("*.yml"))
+    dead = {n for n in CONTRACT if "cycle_bc." + n not in wiring and n not in wiring}
+    assert not dead, "defined in the contract but read nowhere: %s" % sorted(dead)
+
+
+def test_each_default_is_written_once_in_the_contract():
+    # no `bc_x | default(...)` anywhere but the plays' keywords
+    pattern = re.compile(r"\b(bc_[a-z0-9_]+)\s*\|\s*default\(")
+    for path in SOURCES:
+        for name in pattern.findall(path.read_text()):
+            assert name in PLAY_KEYWORDS, "%s writes a default for %s: it belongs in playbooks/vars/contract.yml" % (path, name)
+    for name in PLAY_KEYWORDS:
+        assert "default" not in CONTRACT[name], name
+    # a play keyword's default is the same in every play
+    for name in PLAY_KEYWORDS:
+        values = {m for p in (ROOT / "playbooks").glob("*.yml") for m in re.findall(r"\b%s \| default\(([^)]*)\)" % name, p.read_text())}
+        assert len(values) <= 1, (name, values)
+
+
+def test_the_survey_asks_only_for_settings_of_the_contract():
+    survey = json.loads((ROOT / "awx/survey.json").read_text())
+    assert {q["variable"] for q in survey["spec"]} <= set(CONTRACT)
+
+
+def test_effective_values_take_what_is_given_else_the_default():
+    got = effective(CONTRACT, {"bc_port": 8080, "bc_unit": "sglang-k26", "bc_api_key": ""})
+    assert got["bc_port"] == 8080 and got["bc_unit"] == "sglang-k26" and got["bc_api_key"] == ""
+    assert got["bc_drain_deadline_s"] == 120 and got["bc_sweep_backends"] == ["auto", "torch"]
+    assert got["bc_url"] is None and got["bc_target"] is None  # derived in vars/cycle.yml, or the play's
+    assert set(got) == set(CONTRACT)
+
+
+def test_secrets_are_marked_no_log():
+    for name in ("bc_api_key", "bc_grafana_annotation"):
+        assert CONTRACT[name].get("no_log") is True, name
+
+
+def test_ansible_checks_the_types_against_the_contract_and_takes_what_awx_sends():
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    validator = ArgumentSpecValidator(CONTRACT)
+    bad = validator.validate({"bc_sweep_iters": "abc", "bc_lock_break": "maybe", "bc_engine_settings": [1]})
+    messages = " ".join(bad.error_messages)
+    assert "bc_sweep_iters" in messages and "bc_lock_break" in messages and "bc_engine_settings" in messages
+    # every answer the AWX survey offers arrives as a string, and must pass
+    survey = json.loads((ROOT / "awx/survey.json").read_text())
+    for q in survey["spec"]:
+        for answer in q.get("choices", []) + ([q["default"]] if "default" in q else []):
+            result = validator.validate({q["variable"]: answer})
+            assert not result.error_messages, (q["variable"], answer, result.error_messages)
+    assert validator.validate({"bc_sweep_tp_sizes": "1,8"}).validated_parameters["bc_sweep_tp_sizes"] == [1, 8]
+    # a secret's value never appears in an error
+    assert "sk-123456" not in " ".join(validator.validate({"bc_api_key": {"v": "sk-123456"}}).error_messages)
