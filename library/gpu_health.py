@@ -50,6 +50,14 @@ options:
     choices: [pre, post]
     default: pre
 seealso:
+  - module: marlin_sweep
+    description: >-
+      The benchmark this check guards - run with O(phase=pre) before the sweep (a sick GPU's times would lie) and
+      O(phase=post) right after it, with O(since) the first check's RV(host_time).
+  - module: sweep_report
+    description: Takes both phases' results as its C(gpu_health) option, for the report and the history line.
+  - module: inference_unit
+    description: Starts the server on these GPUs again after the sweep; a GPU with a problem is not one to serve from.
   - name: NVIDIA XID catalogue
     description: What each XID means.
     link: https://docs.nvidia.com/deploy/xid-errors/index.html
@@ -67,39 +75,99 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-checked: {description: nvidia-smi was there and read., returned: always, type: bool, sample: true}
-healthy: {description: No reading crossed a rule of level fail., returned: always, type: bool, sample: true}
+checked:
+  description: nvidia-smi was there and was run (false on a host without it, where RV(healthy) is true).
+  returned: always
+  type: bool
+  sample: true
+healthy:
+  description: No reading crossed a rule of level fail (RV(problems) is empty).
+  returned: always
+  type: bool
+  sample: false
 problems:
-  description: What fails the check, each naming the GPU, the reading and its value.
+  description:
+    - What fails the check, each naming the GPU, the reading and its value; also an unreadable or hung nvidia-smi,
+      an XID on a PCI address nvidia-smi does not list, and failed DCGM tests.
   returned: always
   type: list
   elements: str
-  sample: ["GPU 0 (NVIDIA H200, GPU-17e7...): remapped_rows_pending=True (rows waiting to be remapped (a GPU reset is needed))"]
+  sample:
+    - >-
+      GPU 0 (NVIDIA H200, GPU-17e71e43-915a-9ef6-d571-5812c9a8a04b): remapped_rows_pending=True
+      (rows waiting to be remapped (a GPU reset is needed))
 concerns:
-  description: What only warns (persistence off, aggregate ECC, application XIDs, an unreadable kernel log).
+  description:
+    - What only warns (persistence off, aggregate ECC, the software power cap, application XIDs, an unreadable kernel log,
+      a DCGM diagnostic that could not run, and in O(phase=post) temperature and thermal clock events).
   returned: always
   type: list
   elements: str
-  sample: []
+  sample:
+    - "GPU 0 (NVIDIA H200, GPU-17e71e43-915a-9ef6-d571-5812c9a8a04b): XID 13 in the kernel log since the cycle started (application faults)"
 gpus:
-  description: Each GPU's readings.
+  description:
+    - Each GPU's readings from C(nvidia-smi -q -x) (those in O(devices), or all), with the XIDs matched to its PCI
+      address (C(xid)) and the names of the readings that crossed a rule (C(problems)).
   returned: always
   type: list
   elements: dict
-  sample: [{index: 0, name: NVIDIA H200, temperature_c: 33, ecc_uncorrectable_volatile: 0, throttle: [], xid: [], problems: []}]
+  sample:
+    - index: 0
+      uuid: GPU-17e71e43-915a-9ef6-d571-5812c9a8a04b
+      name: NVIDIA H200
+      pci: "00000000:00:06.0"
+      persistence_off: false
+      temperature_c: 33
+      ecc_uncorrectable_volatile: 0
+      ecc_uncorrectable_aggregate: 0
+      retired_pages_pending: false
+      remapped_rows_pending: true
+      remapped_rows_failure: false
+      throttle: []
+      recovery_action: []
+      repair_pending: []
+      power_capped: false
+      clock_events: [gpu_idle]
+      xid: [13]
+      problems: [remapped_rows_pending]
 xid_events:
-  description: The kernel log's XID lines since O(since) (None when it could not be read).
+  description:
+    - The kernel log's C(NVRM Xid) lines since O(since) (or O(within_s)), each with its PCI address, XID and line.
+    - Null when the kernel log could not be read or nvidia-smi failed (unknown, not clean).
   returned: always
   type: list
   elements: dict
-  sample: []
-kernel_log: {description: Where the XIDs were read from (journalctl, dmesg) or why not., returned: always, type: str, sample: journalctl}
-dcgm: {description: "The DCGM diagnostic: ran, the failed tests.", returned: always, type: dict, sample: {ran: false, failed: []}}
+  sample:
+    - pci: "0000:00:06"
+      xid: 13
+      line: >-
+        1796126001.204318 vm kernel: NVRM: Xid (PCI:0000:00:06): 13, pid=48213, name=python3,
+        Graphics Exception: ESR 0x50df30=0x102000e
+kernel_log:
+  description:
+    - Where the XIDs were read from, C(journalctl) or C(dmesg), or why they could not be read.
+    - Empty when nvidia-smi is missing or failed (the kernel log is then not read).
+  returned: always
+  type: str
+  sample: journalctl
+dcgm:
+  description:
+    - The DCGM diagnostic (C(dcgmi diag -r 1 -j)) - C(ran), the C(failed) tests, and C(why) it did not run
+      (C(why) is left out when nvidia-smi is missing or failed).
+  returned: always
+  type: dict
+  sample: {ran: true, failed: [], why: ""}
 host_time:
   description: The host's clock (epoch seconds) when read; the next check's O(since).
   returned: always
   type: float
-  sample: 1796126000.5
+  sample: 1796128527.9801645
+msg:
+  description: Why nothing was judged.
+  returned: when the host has no nvidia-smi
+  type: str
+  sample: "no nvidia-smi on this host: no GPU to judge"
 """
 
 import re

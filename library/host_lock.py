@@ -45,6 +45,19 @@ author:
 attributes:
   check_mode: {support: full, description: Reports whether the lock could be taken; takes nothing.}
   diff_mode: {support: none}
+seealso:
+  - module: inference_unit
+    description: >-
+      Stops and starts the service under this lock; the holder records that it stopped it (O(record)), and its
+      dead-man switch (C(state=armed) there) brings the service back when the holder dies.
+  - module: inference_memory
+    description: >-
+      Releases the server's memory in place under this lock; the holder records the release, so a cycle that
+      takes over a dead holder's lock knows to resume or restart it.
+  - module: marlin_sweep
+    description: >-
+      Its C(tag) is C(<unit>/<lock token>); holding this lock is what proves a sweep tagged with another token an
+      orphan to kill.
 """
 
 EXAMPLES = r"""
@@ -56,14 +69,57 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-holder: {description: Owner facts of the lock found (this cycle's after a take)., returned: always, type: dict}
-age_s: {description: Age of a lock that was already held., returned: when held by another, type: int}
-broken: {description: A stale lock was broken to take this one., returned: state=present, type: bool}
+holder:
+  description:
+    - Owner facts of the lock - O(owner) merged with token, started, heartbeat, expires (0 without a lease) and record.
+    - After a take or a renewal, this cycle's; when held by another (the task fails), the other cycle's; with
+      O(state=absent), the lock found (empty when there is none). In check mode, the lock found or the one that would be written.
+  returned: always
+  type: dict
+  sample:
+    controller: awx-1
+    user: alice
+    pid: "4242"
+    playbook: Cycle - one host at a time, the service always comes back
+    token: 20261201T083500Z-731942018
+    started: "2026-12-01T08:35:00+00:00"
+    heartbeat: 1796113300.52
+    expires: 1796120500.52
+    record: {stopped: true, lb_removed: true}
+released:
+  description: The lock was this cycle's (its token is O(token)) and was removed (in check mode, would be).
+  returned: state=absent
+  type: bool
+  sample: true
+broken:
+  description: Another cycle's lock was broken (an expired lease, O(break_token) or O(break_stale)) to take this one.
+  returned: state=present, when the lock was taken or renewed (not in check mode)
+  type: bool
+  sample: false
 broken_holder:
   description: The owner facts and record of the lock that was broken (what the dead cycle left undone).
   returned: when broken
   type: dict
-  sample: {token: 20261201T083500Z-42, record: {stopped: true, lb_removed: true}, expires: 1764578100.0}
+  sample:
+    controller: awx-1
+    user: alice
+    pid: "3977"
+    playbook: Cycle - one host at a time, the service always comes back
+    token: 20261201T061500Z-118204377
+    started: "2026-12-01T06:15:00+00:00"
+    heartbeat: 1796106420.08
+    expires: 1796112900.08
+    record: {stopped: true, lb_removed: true}
+age_s:
+  description: Seconds since the lock directory was last changed (a holder's renewal touches it).
+  returned: when the lock was held by another cycle (broken, or the task fails)
+  type: int
+  sample: 6880
+expired:
+  description: The lock was taken over because its holder's lease had run out (always true when returned).
+  returned: when an expired lock was taken over
+  type: bool
+  sample: true
 """
 
 import json

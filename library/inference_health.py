@@ -96,6 +96,15 @@ author:
 attributes:
   check_mode: {support: full, description: A probe changes nothing.}
   diff_mode: {support: none}
+seealso:
+  - module: inference_unit
+    description: >-
+      Starts the unit this module waits on (O(unit)); its C(n_restarts) after the start is
+      this module's O(restarts_baseline).
+  - module: inference_memory
+    description: >-
+      Releases and resumes the server's memory in place; probe readiness only after its C(state=resumed), since a
+      paused SGLang answers 503 after 20 s. O(probe=load) is what a drain waits on before either.
 """
 
 EXAMPLES = r"""
@@ -131,77 +140,113 @@ ready:
   description: The server answered the probe as a ready server does (and correctly, for the completion probe).
   returned: always
   type: bool
+  sample: false
 phase:
   description: One of C(down), C(loading), C(warming), C(ready), C(failed).
   returned: always
   type: str
   sample: warming
 reason:
-  description: Why the probe is not ready, or why it failed.
+  description: Why the probe is not ready, or why it failed (then also the task's C(msg)); empty when ready.
   returned: always
   type: str
+  sample: HTTP 503
 http_status:
-  description: HTTP status of the probe, null when no HTTP answer came.
+  description: HTTP status of the probe, null when no HTTP answer came (refused, timed out).
   returned: always
   type: int
+  sample: 503
 latency_ms:
-  description: Time the HTTP request took.
+  description: Milliseconds the probe's HTTP request took.
   returned: always
   type: float
+  sample: 27.4
+url:
+  description: The base URL probed (O(url) without a trailing slash).
+  returned: always
+  type: str
+  sample: "http://127.0.0.1:30001"
 unit_state:
-  description: C(systemctl show) of O(unit) - ActiveState, SubState, NRestarts, ExecMainStatus, ExecMainPID, InvocationID.
+  description:
+    - C(systemctl show) of O(unit) - Id, ActiveState, SubState, NRestarts, ExecMainStatus, ExecMainPID,
+      InactiveExitTimestampMonotonic, ActiveEnterTimestampMonotonic, InvocationID, LoadState (numbers as integers).
   returned: when O(unit) is set
   type: dict
+  sample:
+    Id: sglang-k26-ddtree.service
+    LoadState: loaded
+    ActiveState: active
+    SubState: running
+    NRestarts: 0
+    ExecMainStatus: 0
+    ExecMainPID: 48213
+    InactiveExitTimestampMonotonic: 432187604512
+    ActiveEnterTimestampMonotonic: 432187611087
+    InvocationID: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718
 since_start_s:
   description: Seconds since the unit left the inactive state, i.e. since its start began (the reload time so far).
-  returned: when O(unit) is set and running
+  returned: when O(unit) is set and not inactive
   type: float
+  sample: 212.4
 stage:
-  description: Label of the last progress line in the unit's journal since its start.
+  description: Label of the last progress line in the unit's journal since its start (empty when none, or when the probe answered 200).
   returned: when O(unit) is set
   type: str
-  sample: Capture decode CUDA graph
+  sample: Capture target decode CUDA graph
 stage_line:
-  description: The journal line that gave O(stage).
+  description: The journal line that gave RV(stage), redacted and cut at 240 characters.
   returned: when O(unit) is set
   type: str
+  sample: >-
+    [2026-12-01 10:01:57] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1,
+    bs=[1, 2, 4, 8], avail mem=96.19 GB
 answer:
-  description: Text of the completion answer.
-  returned: when O(probe=completion) and the server answered
+  description: Text of the completion answer (null when the answer had no C(choices[0].text)).
+  returned: when O(probe=completion) and the server answered with a ready status
   type: str
+  sample: "4444"
 in_flight:
   description: Running + queued requests; null when unknown (metrics off, an error status, a timeout) - unknown is not zero.
-  returned: when O(probe=load)
+  returned: when O(probe=load) and the probe did not fail
   type: float
+  sample: 4.0
 in_flight_by_metric:
-  description: Each in-flight gauge's value.
-  returned: when O(probe=load)
+  description: Each in-flight count read, by its JSON path (SGLang's C(/v1/loads)) or Prometheus gauge name.
+  returned: when O(probe=load) and the probe did not fail
   type: dict
-deadline_passed:
-  description: The wait's O(deadline) is over (the probe's own phase is kept, e.g. still C(warming)).
-  returned: when O(deadline) is set
-  type: bool
+  sample: {"loads[].num_running_reqs": 3.0, "loads[].num_waiting_reqs": 1.0}
 in_flight_unknown:
   description: Why the in-flight count is unknown (an error status, no answer, no gauges).
   returned: when O(probe=load) and in_flight is null
   type: str
-  sample: "sglang answered HTTP 404 at /metrics"
+  sample: "sglang answered HTTP 404 at /v1/loads"
+deadline_passed:
+  description: The wait's O(deadline) is over (the probe's own phase is kept, e.g. still C(warming)).
+  returned: when O(deadline) is set
+  type: bool
+  sample: false
 profile_note:
-  description: Which known version's profile was used for an O(engine_version) that is not one.
+  description: Which known version's profile was used for an O(engine_version) that is not one (also a warning).
   returned: when O(engine_version) is not a known version
   type: str
+  sample: "sglang 0.5.18 is not a version this profile was read from (0.5.10, 0.5.15, 0.5.16, 0.5.23): using 0.5.16's"
 host_time:
   description: The host's clock (seconds since the epoch) when the probe ended.
   returned: always
   type: float
+  sample: 1796128551.726
 probe_ms:
   description: Time the module spent on this probe (HTTP call, systemctl, journal), without interpreter start-up.
   returned: always
   type: float
+  sample: 41.8
 startup_phases:
-  description: SGLang's own start-up phase times from C(sglang:startup_time_seconds), when metrics are on.
-  returned: when ready and the engine exposes them
+  description:
+    - Seconds of each of SGLang's own start-up phases from C(sglang:startup_time_seconds) (C(total) for the gauge without a
+      phase label), read from C(/metrics) once ready.
+  returned: when ready, the engine profile has start-up metrics (SGLang 0.5.23 and later) and C(/metrics) answers
   type: dict
+  sample: {load_weights: 219.3, cuda_graph: 95.5}
 """
 
 import time

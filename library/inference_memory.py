@@ -45,8 +45,22 @@ options:
   idle_wait_s: {description: Seconds to wait for the scheduler to be idle after the pause., type: float, default: 10}
   command_timeout: {description: Seconds each nvidia-smi call may take., type: float, default: 30}
 seealso:
-  - module: inference_health
   - module: inference_unit
+    description: >-
+      Stops the service instead when the release falls back (RV(fell_back)) or the server cannot release
+      (RV(supported) false), and restarts one left C(unknown).
+  - module: inference_health
+    description: >-
+      Its C(probe=load) drains the server before the release; probe readiness only after O(state=resumed), since a
+      paused SGLang answers 503.
+  - module: marlin_sweep
+    description: >-
+      The sweep the memory is freed for - its preflight's C(need_mib) is this module's O(need_mib) and its
+      C(device) this O(device).
+  - module: host_lock
+    description: >-
+      The cycle records the release in its lock, so that a cycle taking over a dead holder's lock resumes or
+      restarts the server.
 notes:
   - Without the memory saver an SGLang release answers 200 and frees nothing; the memory is always measured.
   - While paused, SGLang's C(/health) and C(/health_generate) wait 20 s and answer 503; probe only after O(state=resumed).
@@ -77,22 +91,22 @@ EXAMPLES = r"""
 
 RETURN = r"""
 supported:
-  description: The server can release its memory.
+  description: The server can release its memory (its profile has a release and the live server says the saver is on).
   returned: state=info
   type: bool
   sample: true
 saver_on:
-  description: The server runs with the memory saver (None when the engine does not say).
+  description: The server runs with the memory saver (null when the engine does not say, or did not answer).
   returned: state=info
   type: bool
   sample: true
 releasable_gib:
-  description: What a release frees per GPU by the server's own account (None when it does not say).
+  description: What a release frees per GPU by the server's own account, the smallest rank's KV cache (null when it does not say).
   returned: state=info
   type: float
-  sample: 41.64
+  sample: 127.94
 setting:
-  description: The engine setting that turns the saver on.
+  description: The engine setting that turns the saver on (null for an engine that cannot release).
   returned: state=info
   type: str
   sample: enable_memory_saver
@@ -102,13 +116,13 @@ why:
   type: str
   sample: ""
 released:
-  description: The memory is released now, and the server paused; the caller must resume it.
-  returned: state=released
+  description: The memory is released now, and the server paused; the caller must resume it (in check mode, would be).
+  returned: state=released (and in check mode, state=resumed)
   type: bool
   sample: true
 fell_back:
   description: Too little was freed, so it was resumed at once; the caller stops the service instead.
-  returned: state=released
+  returned: state=released (and in check mode, state=resumed)
   type: bool
   sample: false
 server_state:
@@ -117,36 +131,44 @@ server_state:
   type: str
   sample: released
 need_mib:
-  description: MiB needed free on the device.
-  returned: state=released
+  description: MiB needed free on the device (O(need_mib)).
+  returned: state=released, except in check mode
   type: int
-  sample: 9900
+  sample: 10465
 free_mib_before:
-  description: Free MiB on the device before the release (None without nvidia-smi).
-  returned: state=released
+  description: Free MiB on the device before the release (null without nvidia-smi).
+  returned: state=released, except in check mode
   type: int
-  sample: 98000
+  sample: 6037
 free_mib_after:
-  description: Free MiB on the device after it (None without nvidia-smi).
-  returned: state=released
+  description: Free MiB on the device after it, polled for up to O(gpu_wait_s) (null without nvidia-smi).
+  returned: state=released, except in check mode
   type: int
-  sample: 141220
+  sample: 138547
 freed_mib:
-  description: What the release freed on the device, measured.
-  returned: state=released
+  description: What the release freed on the device, measured (null without nvidia-smi).
+  returned: state=released, except in check mode
   type: int
-  sample: 43220
+  sample: 132510
 gpu_checked:
   description: nvidia-smi measured the memory.
-  returned: state=released
+  returned: state=released, except in check mode
   type: bool
   sample: true
 steps:
-  description: Each HTTP step with its status and milliseconds.
-  returned: except state=info
+  description:
+    - Each HTTP step (pause, release, resume, continue) with its path, status, milliseconds and error; empty in check mode.
+  returned: except state=info, also on failure
   type: list
   elements: dict
-  sample: [{step: pause, path: /pause_generation, http_status: 200, ms: 4.1, error: ""}]
+  sample:
+    - {step: pause, path: /pause_generation, http_status: 200, ms: 36.7, error: ""}
+    - {step: release, path: /release_memory_occupation, http_status: 200, ms: 103.6, error: ""}
+msg:
+  description: What check mode would do.
+  returned: in check mode, except state=info
+  type: str
+  sample: "check mode: would release http://127.0.0.1:30001"
 """
 
 import time

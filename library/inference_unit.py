@@ -106,6 +106,23 @@ notes:
 attributes:
   check_mode: {support: full, description: Verifies and diffs the unit; reports what would stop or start.}
   diff_mode: {support: full, description: The unit file's diff (never the environment or secrets file's).}
+seealso:
+  - module: inference_health
+    description: >-
+      Probes the unit this module started until it is ready (a start here does not wait for the start job); its
+      C(restarts_baseline) is RV(n_restarts).
+  - module: inference_memory
+    description: >-
+      Frees the server's GPU memory in place instead of O(state=stopped); O(state=armed) with
+      O(switch_action=restart) covers a server left released, and O(state=sweep_ended) precedes its resume.
+  - module: marlin_sweep
+    description: >-
+      The sweep the unit is stopped for; O(sweep_tag) is its C(tag), which O(state=started), O(state=sweep_ended)
+      and the dead-man switch end.
+  - module: host_lock
+    description: >-
+      Guards the cycle that stops and starts the unit; the holder records that it stopped it, so a cycle taking over
+      a dead holder's lock starts it again.
 """
 
 EXAMPLES = r"""
@@ -126,77 +143,135 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-name: {description: The unit name without .service., returned: always, type: str, sample: sglang-k26-ddtree}
-state: {description: The state asked for., returned: always, type: str, sample: stopped}
-unit_changed: {description: The unit file was replaced., returned: state=present, type: bool, sample: true}
+name:
+  description: The unit name without .service.
+  returned: always
+  type: str
+  sample: sglang-k26-ddtree
+state:
+  description: The state asked for.
+  returned: always
+  type: str
+  sample: stopped
+unit_changed:
+  description: The unit file was replaced (in check mode, would be).
+  returned: state=present
+  type: bool
+  sample: true
 env_changed:
   description: The environment or secrets file was replaced (or its mode fixed).
   returned: state=present
   type: bool
   sample: false
-enable_changed: {description: The unit was enabled or disabled., returned: state=present, type: bool, sample: false}
-daemon_reloaded: {description: systemd reloaded its units., returned: state=present, type: bool, sample: true}
+enable_changed:
+  description: The unit was enabled or disabled.
+  returned: state=present
+  type: bool
+  sample: false
+daemon_reloaded:
+  description: systemd reloaded its units (never in check mode).
+  returned: state=present
+  type: bool
+  sample: true
 unit_file:
   description: The installed unit file.
   returned: state=present
   type: str
   sample: /etc/systemd/system/sglang-k26-ddtree.service
 rollback_kept:
-  description: The files this install replaced and kept for rollback.
+  description: The files this install replaced and kept for rollback (a file it created has no earlier version to keep).
   returned: state=present
   type: list
   elements: str
-  sample: [/etc/systemd/system/sglang-k26-ddtree.service]
+  sample: [/etc/systemd/system/sglang-k26-ddtree.service, /etc/benchmark-cycle/sglang-k26-ddtree.env]
 rollback_dir:
-  description: Where this cycle keeps the files it replaced.
+  description: Where this cycle keeps the files it replaced (C(rollback/-) under O(state_dir) without O(token)).
   returned: state=present or rolled_back
   type: str
-  sample: /var/lib/benchmark-cycle/rollback/20261201T083500Z-42
+  sample: /var/lib/benchmark-cycle/rollback/20261201T083500Z-731942018
+diff:
+  description:
+    - The whole unit file before and after, with headers (never the environment or secrets file); the sample is cut.
+  returned: state=present in diff mode, when the unit file changes
+  type: dict
+  sample:
+    before: "[Service]\nType=exec\nTimeoutStopSec=345\n"
+    after: "[Service]\nType=exec\nTimeoutStopSec=375\n"
+    before_header: /etc/systemd/system/sglang-k26-ddtree.service (installed)
+    after_header: /etc/systemd/system/sglang-k26-ddtree.service (new)
 sweeps_ended:
-  description: "This cycle's sweeps killed before the start (pid tag)."
+  description: This cycle's sweeps (O(sweep_tag)) killed before the start, each as pid and tag (none in check mode).
   returned: state=started, restarted or sweep_ended
   type: list
   elements: str
-  sample: []
+  sample: ["61234 sglang-k26-ddtree/20261201T083500Z-731942018"]
 switch:
   description: The dead-man switch's transient unit name.
   returned: state=armed or disarmed
   type: str
-  sample: bc-deadman-llama-lab
-fires_in_s: {description: Seconds until the armed switch fires., returned: state=armed, type: int, sample: 4300}
-switch_action: {description: What the armed switch does when it fires., returned: state=armed, type: str, sample: restart}
+  sample: bc-deadman-sglang-k26-ddtree
+fires_in_s:
+  description: Seconds until the armed switch fires (O(fire_after)).
+  returned: state=armed
+  type: int
+  sample: 4300
+switch_action:
+  description: What the armed switch does when it fires (O(switch_action)).
+  returned: state=armed, except in check mode
+  type: str
+  sample: restart
 invocation_id:
-  description: The unit's InvocationID (which start of it runs).
+  description: The unit's InvocationID (which start of it runs; empty when it is not running).
   returned: state=started, restarted or sweep_ended
   type: str
   sample: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718
-was_armed: {description: The switch was armed when disarmed., returned: state=disarmed, type: bool, sample: true}
-was: {description: ActiveState before a stop or start., returned: state=stopped or started, type: str, sample: active}
-stop_s: {description: Seconds the stop took., returned: state=stopped, type: float, sample: 4.71}
+was_armed:
+  description: The switch was armed when disarmed.
+  returned: state=disarmed, except in check mode
+  type: bool
+  sample: true
+was:
+  description: ActiveState before the stop, start or restart.
+  returned: state=stopped, started or restarted
+  type: str
+  sample: active
+stop_s:
+  description: Seconds the stop took (C(systemctl stop), systemd waiting up to the unit's C(TimeoutStopSec)).
+  returned: state=stopped
+  type: float
+  sample: 6.62
 leftover_processes:
   description: The unit's own server processes found after the stop (pid and command line).
   returned: state=stopped
   type: list
   elements: str
-  sample: ["4242 sglang::scheduler_TP3"]
-leftovers_killed: {description: They were SIGKILLed., returned: state=stopped, type: bool, sample: false}
+  sample: ["48391 sglang::scheduler_TP3"]
+leftovers_killed:
+  description: They were SIGKILLed.
+  returned: state=stopped
+  type: bool
+  sample: true
 other_services_processes:
   description: Processes with a server's name that belong to another systemd service (pid and service); left alone.
   returned: state=stopped
   type: list
   elements: str
-  sample: ["5151 sglang-other.service"]
+  sample: ["5151 sglang-qwen3.service"]
 gpu_memory_used_mib:
-  description: "Used MiB per GPU index once free ({} without nvidia-smi)."
+  description: Used MiB per GPU index once free ({} without nvidia-smi, with O(gpu_check=false) or in check mode).
   returned: state=stopped
   type: dict
-  sample: {"0": 3}
+  sample: {"0": 0, "1": 0, "2": 0, "3": 0, "4": 0, "5": 0, "6": 0, "7": 0}
 gpu_checked:
-  description: The GPU memory was checked (nvidia-smi exists and gpu_check is on).
+  description: The GPU memory was checked (nvidia-smi exists and O(gpu_check) is on).
   returned: state=stopped
   type: bool
   sample: true
-rolled_back: {description: A file this cycle replaced was put back., returned: state=rolled_back, type: bool, sample: true}
+rolled_back:
+  description: A file this cycle replaced was put back (and the unit restarted).
+  returned: state=rolled_back
+  type: bool
+  sample: true
 restored:
   description: The files put back.
   returned: state=rolled_back
@@ -204,8 +279,8 @@ restored:
   elements: str
   sample: [/etc/benchmark-cycle/sglang-k26-ddtree.env]
 n_restarts:
-  description: Restart count after the start (0 after reset-failed).
-  returned: state=started or rolled_back
+  description: Restart count after the start (0 after reset-failed); the baseline a crash loop is measured from.
+  returned: state=started, restarted or rolled_back
   type: int
   sample: 0
 """

@@ -98,6 +98,21 @@ author:
 attributes:
   check_mode: {support: full, description: "Validates the shape and returns the plan and the estimate; with O(preflight), the sizing."}
   diff_mode: {support: none}
+seealso:
+  - module: sweep_report
+    description: Renders this module's JSON result (fetched to the controller) as a report, a plot and a history line.
+  - module: gpu_health
+    description: Judges the GPUs before the sweep and right after it (C(phase=post)); a sick GPU's times would lie.
+  - module: inference_memory
+    description: >-
+      Frees the serving GPU's memory in place for the sweep when the preflight says it does not fit (RV(fits) false);
+      RV(need_mib) is its C(need_mib).
+  - module: inference_unit
+    description: >-
+      Stops the service when the memory cannot be released, and its C(sweep_tag) ends a sweep of this cycle (O(tag))
+      still running before the service starts again.
+  - module: host_lock
+    description: The lock whose token is in O(tag); holding it proves a sweep of the same unit under another token an orphan.
 """
 
 EXAMPLES = r"""
@@ -126,81 +141,325 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+output:
+  description: Path of the JSON result on the host (O(output)), rewritten after every point.
+  returned: always
+  type: str
+  sample: /var/lib/benchmark-cycle/sweep-tp8.json
+backend:
+  description: The primary backend (the first that can run of those asked for), whose series is RV(points).
+  returned: success, except in check mode
+  type: str
+  sample: sglang
+impl:
+  description: The primary backend's kernel.
+  returned: success, except in check mode
+  type: str
+  sample: sglang fused_marlin_moe
+shape:
+  description: The checked shape - experts C(E), hidden size C(K), per-GPU intermediate size C(N), C(topk), C(group), C(bits).
+  returned: always
+  type: dict
+  sample: {E: 384, K: 7168, N: 256, topk: 8, group: 32, bits: 4}
+tp_size:
+  description: The tensor-parallel degree the shape was sharded by (O(tp_size)).
+  returned: success, except in check mode
+  type: int
+  sample: 8
+dtype:
+  description: Activation and scale dtype (O(dtype)).
+  returned: success, except in check mode
+  type: str
+  sample: bf16
+seed:
+  description: Seed of weights, activations and routing (O(seed)).
+  returned: success, except in check mode
+  type: int
+  sample: 0
+routings:
+  description: Top-k routings captured per graph and rotated per call (O(routings)).
+  returned: success, except in check mode
+  type: int
+  sample: 8
+batch_sizes:
+  description: The token counts M of the plan, sorted and without duplicates.
+  returned: in check mode, and when the sweep process fails
+  type: list
+  elements: int
+  sample: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 points:
   description:
     - The primary series (first backend, first routing), one entry per M - m, ms (median), ms_min, ms_max,
       us_per_token, experts_touched, bytes_moved, gbs, tflops, floor_bytes_ms, floor_flops_ms, floor_ms, bound
       (memory or compute), efficiency (floor / measured).
-  returned: success
-  type: list
-  elements: dict
-  sample: [{m: 1, ms: 0.0851, ms_min: 0.0848, ms_max: 0.0855, experts_touched: 8.0, floor_ms: 0.0469, bound: memory, efficiency: 0.55}]
-series:
-  description: Every backend under every routing, each with backend, routing, impl, points, knee_m, plateau_ms, bound_knee_m.
-  returned: success
-  type: list
-  elements: dict
-backends:
-  description: Each backend asked for - name, status (measured or unavailable), why, impl, prepare_s, check.
-  returned: success
+  returned: success, except in check mode
   type: list
   elements: dict
   sample:
-    - {name: triton, status: measured, impl: "sglang fused_moe triton int4_w4a16", check: {relative_error: 0.006, ok: true}}
+    - m: 1
+      ms: 0.03582
+      ms_min: 0.03549
+      ms_max: 0.03608
+      us_per_token: 35.818
+      experts_touched: 8.0
+      bytes_moved: 24928256
+      gbs: 696.0
+      tflops: 2.459
+      floor_bytes_ms: 0.0059
+      floor_flops_ms: 0.00011
+      floor_ms: 0.0059
+      bound: memory
+      efficiency: 0.1647
+series:
+  description:
+    - Every backend under every routing, each with backend, routing, impl, points (as RV(points)), knee_m, plateau_m,
+      plateau_ms and bound_knee_m.
+  returned: success, except in check mode
+  type: list
+  elements: dict
+  sample:
+    - backend: triton
+      routing: zipf(1)
+      impl: sglang fused_moe triton int4_w4a16 (triton_utils)
+      knee_m: 1024
+      plateau_m: 1024
+      plateau_ms: 2.9366
+      bound_knee_m: 4096
+      points:
+        - {m: 1, ms: 0.13447, ms_min: 0.13396, ms_max: 0.13498, us_per_token: 134.472, experts_touched: 8.0,
+           bytes_moved: 24928256, gbs: 185.4, tflops: 0.655, floor_bytes_ms: 0.0059, floor_flops_ms: 0.00011,
+           floor_ms: 0.0059, bound: memory, efficiency: 0.0439}
+backends:
+  description:
+    - After a sweep, each backend asked for - name, status (measured or unavailable), why, impl, prepare_s and its
+      check against the fp32 reference.
+    - In check mode, and when the sweep process fails, the names of the backends that would be timed (C(auto) resolved).
+  returned: always
+  type: list
+  sample:
+    - name: sglang
+      status: measured
+      why: ""
+      impl: sglang fused_marlin_moe
+      prepare_s: 0.15
+      check: {bound: 0.03, experts: 8, m: 16, ok: true, relative_error: 0.007806277833878994}
+    - name: triton
+      status: measured
+      why: ""
+      impl: sglang fused_moe triton int4_w4a16 (triton_utils)
+      prepare_s: 0.01
+      check: {bound: 0.03, experts: 8, m: 16, ok: true, relative_error: 0.004644910804927349}
 winners:
   description: Per routing and M, the fastest backend and every backend's ms and ratio to the floor (to_floor).
-  returned: success
+  returned: success, except in check mode
   type: list
   elements: dict
   sample:
-    - {routing: uniform, m: 1, fastest: sglang, fastest_ms: 0.085, backends: {sglang: {ms: 0.085, to_floor: 1.81}}}
+    - routing: uniform
+      m: 256
+      fastest: sglang
+      fastest_ms: 0.5096
+      backends:
+        sglang: {ms: 0.5096, to_floor: 1.759}
+        torch: {ms: 1.78357, to_floor: 6.157}
+        triton: {ms: 2.56853, to_floor: 8.866}
 routing:
   description: The names of the routing distributions timed.
-  returned: success
+  returned: always
   type: list
   elements: str
-  sample: [uniform, zipf(1.2)]
-dense_tflops: {description: Dense bf16 matmul throughput measured in the same run (the compute floor)., returned: success, type: float}
-bound_knee_m: {description: "Smallest M of the primary series whose floor is compute bound (null if none).", returned: success, type: int}
-knee_m: {description: Smallest M whose time is within 10% of the plateau., returned: success, type: int}
-plateau_ms: {description: Time once every expert's weights are streamed., returned: success, type: float}
-copy_bandwidth_gbs: {description: Device copy bandwidth measured in the same run (read + write)., returned: success, type: float}
-peak_memory_gib: {description: Peak allocated GPU memory of the sweep., returned: on GPU, type: float}
-estimate_peak_gib: {description: The preflight estimate of that peak., returned: always, type: float}
-ran_on: {description: C(gpu) or C(cpu)., returned: success, type: str}
-gpus: {description: "GPUs with index, name, free_mib, total_mib (empty without nvidia-smi).", returned: with preflight, type: list}
+  sample: [uniform, zipf(1)]
+dense_tflops:
+  description: Dense bf16 matmul throughput measured in the same run (the compute floor); 0.0 on the CPU.
+  returned: success, except in check mode
+  type: float
+  sample: 786.4
+copy_bandwidth_gbs:
+  description: Device copy bandwidth measured in the same run (read + write); 0.0 on the CPU.
+  returned: success, except in check mode
+  type: float
+  sample: 4226.0
+bound_knee_m:
+  description: Smallest M of the primary series whose floor is compute bound (null if none).
+  returned: success, except in check mode
+  type: int
+  sample: 4096
+knee_m:
+  description: Smallest M of the primary series whose time is within 10% of the plateau.
+  returned: success, except in check mode
+  type: int
+  sample: 256
+plateau_m:
+  description: The first M of the primary series at which every expert's weights are streamed.
+  returned: success, except in check mode
+  type: int
+  sample: 256
+plateau_ms:
+  description: Time of the primary series once every expert's weights are streamed.
+  returned: success, except in check mode
+  type: float
+  sample: 0.5096
+prepare_s:
+  description: Seconds spent building the weights and every backend's kernel layout.
+  returned: success, except in check mode
+  type: float
+  sample: 0.5
+wall_s:
+  description: Seconds the sweep process ran, from its start to the last check.
+  returned: success, except in check mode
+  type: float
+  sample: 43.46
+peak_memory_gib:
+  description: Peak allocated GPU memory of the sweep.
+  returned: success on a GPU
+  type: float
+  sample: 8.936
+estimate_peak_gib:
+  description: The estimated peak GPU memory of the sweep (what the preflight sizes the device by).
+  returned: always
+  type: float
+  sample: 8.691
+estimate_error:
+  description: How far the measured peak is from the estimate (peak / estimate - 1).
+  returned: success on a GPU
+  type: float
+  sample: 0.0282
+ran_on:
+  description: C(gpu) or C(cpu).
+  returned: success, except in check mode
+  type: str
+  sample: gpu
+note:
+  description: Says that the sweep ran on the CPU and its times are not GPU kernel times.
+  returned: when it ran on the CPU
+  type: str
+  sample: "ran on the CPU: no CUDA device is visible; times are not GPU kernel times"
+environment:
+  description: GPU, SM count, GPU memory, CUDA, driver, torch, sglang and python versions, and the host name (on the CPU, C(cpu) instead).
+  returned: success, except in check mode
+  type: dict
+  sample:
+    gpu: NVIDIA H200
+    sm_count: 132
+    gpu_memory_gib: 139.8
+    cuda: "13.0"
+    driver: 580.159.04
+    torch: 2.11.0+cu130
+    sglang: 0.5.16
+    python: 3.12.3
+    device_type: cuda
+    host: vm
+check:
+  description: Relative error of the primary backend against the fp32 reference, with the bound, ok, and the small shape checked.
+  returned: success on a GPU with O(check)
+  type: dict
+  sample: {bound: 0.03, experts: 8, m: 16, ok: true, relative_error: 0.007806277833878994}
+orphans_killed:
+  description: Orphaned sweeps of the same unit (another cycle's O(tag)) killed before this one.
+  returned: success, except in check mode
+  type: list
+  elements: dict
+  sample: [{pid: 61234, tag: sglang-k26-ddtree/20261201T061500Z-118204377}]
+plan:
+  description: In check mode, every other key of the result in one dict (the plan, and with O(preflight) the sizing).
+  returned: in check mode
+  type: dict
+  sample:
+    shape: {E: 384, K: 7168, N: 256, topk: 8, group: 32, bits: 4}
+    batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    backends: [sglang, triton, torch]
+    routing: [uniform, zipf(1)]
+    estimate_peak_gib: 8.691
+    output: /var/lib/benchmark-cycle/sweep-tp8.json
+gpus:
+  description: The host's GPUs with index, name, free_mib and total_mib (empty without nvidia-smi).
+  returned: in check mode with O(preflight)
+  type: list
+  elements: dict
+  sample: [{index: 0, name: NVIDIA H200, free_mib: 6037, total_mib: 143771}]
 backend_importable:
   description: O(python) imports at least one backend asked for (the sweep can run).
-  returned: with preflight
+  returned: in check mode with O(preflight)
   type: bool
+  sample: true
 backend_error:
   description: What is wrong when no backend asked for can run, naming the fix ("" otherwise).
-  returned: with preflight
+  returned: in check mode with O(preflight)
   type: str
+  sample: ""
 skipped_backends:
-  description: The backends asked for that cannot run on this host, each with why (the others are timed).
-  returned: with preflight
+  description: The backends asked for that cannot run on this host, each with why (the others are timed); {} when none can run.
+  returned: in check mode with O(preflight)
   type: dict
-  sample: {triton: "ModuleNotFoundError: No module named 'sglang'"}
+  sample: {sglang: "ModuleNotFoundError: No module named 'sglang'", triton: "ModuleNotFoundError: No module named 'sglang'"}
 usable_backends:
   description: The backends asked for that import and can run on this host.
-  returned: with preflight
+  returned: in check mode with O(preflight)
   type: list
   elements: str
-orphans_killed: {description: "Orphaned sweeps of the same unit killed before this one (pid, tag).", returned: success, type: list}
+  sample: [torch]
 runnable:
   description: The sweep fits the device's total memory (or the host's, on the CPU); otherwise it can run nowhere.
-  returned: with preflight
+  returned: in check mode with O(preflight)
   type: bool
-fits: {description: The sweep fits the device's free memory beside what runs now., returned: with preflight, type: bool}
-need_mib: {description: "The estimate with the margin, in MiB: what must be free.", returned: with preflight, type: int, sample: 10138}
-free_mib: {description: "Free MiB on the device (the host's memory on the CPU).", returned: with preflight, type: int, sample: 3059}
-why: {description: Why the sweep is not runnable., returned: with preflight, type: str}
-oom_kills: {description: "The OOM kill count (/proc/vmstat oom_kill) at the preflight.", returned: with preflight, type: int}
-oom_killed: {description: "The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).", returned: when killed, type: bool}
-environment: {description: "GPU, driver, torch, sglang, python versions.", returned: success, type: dict}
-check: {description: "Relative error of the primary backend against the fp32 reference, with bound and ok.", returned: on GPU, type: dict}
-output: {description: Path of the JSON result on the host., returned: always, type: str}
+  sample: true
+fits:
+  description: The sweep fits the device's free memory beside what runs now.
+  returned: in check mode with O(preflight)
+  type: bool
+  sample: false
+need_mib:
+  description: "The estimate with O(memory_margin), in MiB: what must be free."
+  returned: in check mode with O(preflight)
+  type: int
+  sample: 9790
+free_mib:
+  description: Free MiB on the device (the host's memory on the CPU).
+  returned: in check mode with O(preflight)
+  type: int
+  sample: 6037
+free_gib:
+  description: RV(free_mib) in GiB.
+  returned: in check mode with O(preflight)
+  type: float
+  sample: 5.9
+total_gib:
+  description: The device's total memory in GiB (the host's memory on the CPU).
+  returned: in check mode with O(preflight)
+  type: float
+  sample: 140.4
+why:
+  description: Why the sweep is not runnable ("" when it is).
+  returned: in check mode with O(preflight)
+  type: str
+  sample: ""
+oom_kills:
+  description: The kernel's OOM kill count (/proc/vmstat oom_kill) at the preflight; null when unknown.
+  returned: in check mode with O(preflight)
+  type: int
+  sample: 0
+oom_killed:
+  description: The kernel's OOM killer killed the sweep (/proc/vmstat oom_kill moved).
+  returned: when the sweep process was killed by a signal (the task fails)
+  type: bool
+  sample: true
+signal:
+  description: The signal that killed the sweep process.
+  returned: when the sweep process was killed by a signal (the task fails)
+  type: str
+  sample: SIGKILL
+rc:
+  description: Exit status of the sweep process.
+  returned: when the sweep process exited with an error (the task fails)
+  type: int
+  sample: 3
+stderr_tail:
+  description: The last 20 lines of the sweep process's standard error.
+  returned: when the sweep process was killed or exited with an error (the task fails)
+  type: list
+  elements: str
+  sample:
+    - "RuntimeError: CUDA error: an illegal memory access was encountered"
 """
 
 import json

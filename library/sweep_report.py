@@ -11,7 +11,8 @@ module: sweep_report
 short_description: Render a sweep's report, plot and history line on the controller
 description:
   - Reads the sweep JSON fetched from a host (every backend and routing of one run), writes
-    C(report.md) and C(sweep.png) next to it, and appends one line to C(history.jsonl).
+    C(<name>.report.md) and C(<name>.png) next to it (C(<name>) is the JSON's file name without
+    C(.json)), and appends one line to O(history).
   - The report has the primary backend's table (with the torch bf16 reference's time and the INT4 speed-up
     when torch ran), every backend side by side per routing with its ratio to the roofline floor and the
     fastest per M, and the plot all backends with both floors.
@@ -36,6 +37,11 @@ author:
 attributes:
   check_mode: {support: full, description: Renders the report in memory and writes nothing.}
   diff_mode: {support: none}
+seealso:
+  - module: marlin_sweep
+    description: Runs the sweep on the host whose JSON result (fetched to the controller) this module renders as O(result).
+  - module: gpu_health
+    description: Its readings before and after the sweep (C(phase=pre), C(phase=post)) are what O(gpu_health) takes.
 """
 
 EXAMPLES = r"""
@@ -49,10 +55,28 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-report: {description: Path of report.md., returned: success, type: str}
-plot: {description: Path of the PNG plot (null when not drawn)., returned: success, type: str}
-previous: {description: Stamp of the run compared with (null if none)., returned: success, type: str}
-knee_m: {description: Knee of the primary sweep., returned: success, type: int}
+report:
+  description: Path of the rendered report, C(<name>.report.md) next to the sweep JSON (in check mode, where it would be written).
+  returned: success
+  type: str
+  sample: results/h200/20261201T100246Z/sweep-tp8-sglang.report.md
+plot:
+  description: Path of the PNG plot; null when it was not drawn (O(plot=false), or matplotlib failed with a warning).
+  returned: success, except in check mode
+  type: str
+  sample: results/h200/20261201T100246Z/sweep-tp8-sglang.png
+previous:
+  description:
+    - Stamp of the earlier run of the same host, shape, backend and device kind the report compares with.
+    - Null when the history has none.
+  returned: success
+  type: str
+  sample: 20261129T120000Z
+knee_m:
+  description: Knee of the primary sweep (the smallest M within 10% of the plateau, from the result's C(knee_m)); null if it has none.
+  returned: success
+  type: int
+  sample: 256
 """
 
 import json

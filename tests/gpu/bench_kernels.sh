@@ -3,8 +3,8 @@
 # gpu_benchmark role on the lent H200, for docs/benchmarks.md. Test-machine tooling, not CI.
 #   device run (carry [".sglsrv", ".gpuwheels"]):  OUT=$OUT STAGE=smoke bash tests/gpu/bench_kernels.sh
 # STAGE cost: one shape (tp 1), one routing, the module's default 20 samples, after a small warm-up run.
-# STAGE smoke: the GPU correctness tests (each kernel vs fp32, Marlin vs Triton on the same weights) and a
-#   small sweep of all three backends through the role. STAGE full: the role twice (run1, run2) on
+# STAGE smoke: the GPU tests (each kernel vs fp32, Marlin vs Triton on the same weights, the stop's GPU wait on the
+#   real nvidia-smi) and a small sweep of all three backends through the role. STAGE full: the role twice (run1, run2) on
 #   inventory/h200 (K2.6 shape at tp 1 and 8, M 1..4096, uniform and Zipf routing): fidelity is the
 #   agreement of the two runs. Everything lands in $OUT/summary.txt and $OUT/bench.tar.gz.
 set -uo pipefail
@@ -45,7 +45,7 @@ PY
 
 if [ "$STAGE" = smoke ]; then
   t=$(date +%s.%N)
-  [ "${SKIP_TESTS:-0}" = 1 ] || timeout 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_marlin_gpu.py > "$W/pytest.log" 2>&1
+  [ "${SKIP_TESTS:-0}" = 1 ] || timeout 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_marlin_gpu.py tests/gpu/test_gpu_stop.py > "$W/pytest.log" 2>&1
   [ "${SKIP_TESTS:-0}" = 1 ] || log "gpu tests: rc=$? in $(since "$t") s; $(tail -1 "$W/pytest.log")"
   [ "${SKIP_TESTS:-0}" = 1 ] || grep -E "relative (error|difference)" "$W/pytest.log" | tee -a "$W/summary.txt"
   play smoke playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=smoke \

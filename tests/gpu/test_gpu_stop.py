@@ -17,8 +17,9 @@ pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="need
 HOLD = "import torch, time, sys; x = torch.empty(%d, dtype=torch.uint8, device='cuda:0'); print('held', flush=True); time.sleep(%f)"
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+    """The runner Unit takes (bc_host.run's signature): argv, and a deadline for each call."""
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 
