@@ -160,38 +160,69 @@ def expired(holder: dict[str, Any], now: float) -> bool:
     return isinstance(expires, (int, float)) and expires > 0 and now > expires
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "token": {"type": "str", "required": True},
-            "owner": {"type": "dict", "default": {}},
-            "stale_after": {"type": "int", "default": 7200},
-            "break_stale": {"type": "bool", "default": False},
-            "break_token": {"type": "str"},
-            "record": {"type": "dict", "default": {}},
-            "expires_in": {"type": "int", "default": 0},
-            "take_expired": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    path = p["path"]
+SPEC: dict[str, Any] = {
+    "path": {"type": "path", "required": True},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "token": {"type": "str", "required": True},
+    "owner": {"type": "dict", "default": {}},
+    "stale_after": {"type": "int", "default": 7200},
+    "break_stale": {"type": "bool", "default": False},
+    "break_token": {"type": "str"},
+    "record": {"type": "dict", "default": {}},
+    "expires_in": {"type": "int", "default": 0},
+    "take_expired": {"type": "bool", "default": True},
+}
+
+
+def problem(p: dict[str, Any]) -> str:
+    """The first parameter the lock cannot take, named with the fix; "" when all are sound."""
     for key in ("stale_after", "expires_in"):
         if p[key] < 0:
-            module.fail_json(msg="%s must be >= 0 seconds, got %d (a negative age would make every lock stale)" % (key, p[key]))
+            return "%s must be >= 0 seconds, got %d (a negative age would make every lock stale)" % (key, p[key])
     if not p["token"].strip():
-        module.fail_json(msg="token must not be empty")
-    if not os.path.isdir(os.path.dirname(path) or "/"):
-        module.fail_json(msg="lock directory parent %s does not exist" % os.path.dirname(path))
+        return "token must not be empty"
+    if not os.path.isdir(os.path.dirname(p["path"]) or "/"):
+        return "lock directory parent %s does not exist" % os.path.dirname(p["path"])
+    return ""
+
+
+def take_over(module: AnsibleModule, owner: dict[str, Any], holder: dict[str, Any], age: int, what: str, **extra: Any) -> None:
+    """Remove a dead holder's lock and take it; another cycle that takes it first wins, and this fails."""
+    path = module.params["path"]
+    shutil.rmtree(path, ignore_errors=True)
+    if take(path, owner):
+        module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age, **extra)
+    module.fail_json(msg="%s %s but another cycle took it first" % (what, path))
+
+
+def refusal(p: dict[str, Any], holder: dict[str, Any], age: int, now: float) -> str:
+    """Who holds the lock, for how long yet, and what the operator may do."""
+    lease = holder.get("expires")
+    who = "cycle %s started %s by %s@%s (pid %s), %d s ago%s" % (
+        holder.get("token"), holder.get("started", "?"), holder.get("user", "?"), holder.get("controller", "?"),
+        holder.get("pid", "?"), age,
+        "; its lease runs %d s more (a dead holder's lock is taken over once it ends)" % (lease - now)
+        if isinstance(lease, (int, float)) and lease > now else "")
+    if age >= p["stale_after"]:
+        hint = ("It is older than stale_after=%d s and may be stale: if that cycle is gone, re-run with "
+                "-e bc_lock_break=true to break it." % p["stale_after"])
+    else:
+        hint = "Wait for it to finish; it is younger than stale_after=%d s, so it cannot be broken." % p["stale_after"]
+    return "another benchmark cycle holds %s: %s. %s" % (p["path"], who, hint)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
+    p = module.params
+    path = p["path"]
+    if problem(p):
+        module.fail_json(msg=problem(p))
     if p["state"] == "absent":
         holder = read_owner(path) if os.path.isdir(path) else {}
         mine = holder.get("token") == p["token"]
         if mine and not module.check_mode:
             shutil.rmtree(path)
         module.exit_json(changed=mine, holder=holder, released=mine)
-
     now = time.time()
     owner = dict(p["owner"], token=p["token"], started=datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - hosts may run Python < 3.11
                  heartbeat=now, expires=now + p["expires_in"] if p["expires_in"] else 0, record=p["record"])
@@ -208,32 +239,12 @@ def main() -> None:
         module.exit_json(changed=bool(p["record"]), holder=holder, broken=False)
     age = int(now - os.stat(path).st_mtime)
     if p["take_expired"] and expired(holder, now):
-        shutil.rmtree(path, ignore_errors=True)
-        if take(path, owner):
-            module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age, expired=True)
-        module.fail_json(msg="took over the expired lock %s but another cycle took it first" % path)
-    lease = holder.get("expires")
-    who = "cycle %s started %s by %s@%s (pid %s), %d s ago%s" % (
-        holder.get("token"), holder.get("started", "?"), holder.get("user", "?"), holder.get("controller", "?"),
-        holder.get("pid", "?"), age,
-        "; its lease runs %d s more (a dead holder's lock is taken over once it ends)" % (lease - now)
-        if isinstance(lease, (int, float)) and lease > now else "")
+        take_over(module, owner, holder, age, "took over the expired lock", expired=True)
     if p["break_token"] and holder.get("token") == p["break_token"]:
-        shutil.rmtree(path, ignore_errors=True)
-        if take(path, owner):
-            module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age)
-        module.fail_json(msg="broke the dead holder's lock %s but another cycle took it first" % path)
+        take_over(module, owner, holder, age, "broke the dead holder's lock")
     if age >= p["stale_after"] and p["break_stale"]:
-        shutil.rmtree(path, ignore_errors=True)
-        if take(path, owner):
-            module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age)
-        module.fail_json(msg="broke the stale lock %s but another cycle took it first" % path)
-    if age >= p["stale_after"]:
-        hint = ("It is older than stale_after=%d s and may be stale: if that cycle is gone, re-run with "
-                "-e bc_lock_break=true to break it." % p["stale_after"])
-    else:
-        hint = "Wait for it to finish; it is younger than stale_after=%d s, so it cannot be broken." % p["stale_after"]
-    module.fail_json(msg="another benchmark cycle holds %s: %s. %s" % (path, who, hint), holder=holder, age_s=age)
+        take_over(module, owner, holder, age, "broke the stale lock")
+    module.fail_json(msg=refusal(p, holder, age, now), holder=holder, age_s=age)
 
 
 if __name__ == "__main__":

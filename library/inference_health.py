@@ -331,28 +331,81 @@ def validate(module: AnsibleModule) -> None:
         module.fail_json(msg="journal_lines must be >= 1, got %d" % p["journal_lines"])
 
 
+SPEC: dict[str, Any] = {
+    "url": {"type": "str", "required": True},
+    "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
+    "probe": {"type": "str", "default": "readiness", "choices": ["liveness", "readiness", "completion", "load"]},
+    "prompt": {"type": "str"},
+    "expect": {"type": "str"},
+    "max_tokens": {"type": "int", "default": 4},
+    "model": {"type": "str", "default": ""},
+    "api_key": {"type": "str", "no_log": True},
+    "timeout": {"type": "float", "default": 30},
+    "unit": {"type": "str"},
+    "restarts_baseline": {"type": "int"},
+    "journal_lines": {"type": "int", "default": 400},
+    "validate_certs": {"type": "bool", "default": True},
+    "deadline": {"type": "float"},
+    "engine_version": {"type": "str"},
+    "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+}
+
+
+def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) -> tuple[HttpResult, str | None]:
+    """The probe's HTTP exchange and the answer a completion must contain (None for the others)."""
+    p = module.params
+    if p["probe"] == "completion":
+        prompt = DEFAULT_PROMPT if p["prompt"] is None else p["prompt"]
+        expect = DEFAULT_EXPECT if p["expect"] is None and p["prompt"] is None else p["expect"]
+        payload: dict[str, Any] = {"prompt": prompt, "max_tokens": p["max_tokens"], "temperature": 0}
+        if p["model"]:
+            payload["model"] = p["model"]
+        return http(module, "POST", base + prof["completion_path"], timeout, payload), expect
+    if p["probe"] == "load":
+        answer = http(module, "GET", base + prof["load_path"], timeout)
+        if answer.status == 200 and prof.get("load_confirm_s"):
+            total, _each = in_flight(answer.body, prof)
+            if total == 0:  # a zero must hold: a request between two of the engine's queues reads as none
+                time.sleep(prof["load_confirm_s"])
+                answer = http(module, "GET", base + prof["load_path"], timeout)
+        return answer, None
+    path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
+    return http(module, "GET", base + path, timeout), None
+
+
+def judge(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, unit_state: dict[str, Any] | None,
+          jfacts: dict[str, Any], expect: str | None) -> tuple[dict[str, Any], bool]:
+    """The result of the exchange (bc_health.classify), and whether the unit is not running. A load
+    probe of a server that is not running has nothing in flight: a known zero, not unknown."""
+    not_running = p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed")
+    if not_running:
+        jfacts.pop("journal_failure")
+        return {"ready": False, "failed": False, "phase": "down", "http_status": answer.status,
+                "latency_ms": round(answer.latency_ms, 1), "reason": "unit %s is %s: nothing in flight"
+                % (p["unit"], unit_state.get("ActiveState"))}, True  # type: ignore[union-attr]
+    return classify(prof, "completion" if p["probe"] == "completion" else "status", answer,
+                    unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect), False
+
+
+def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not_running: bool) -> dict[str, Any]:
+    """in_flight (and per metric) of a load probe; unknown is not zero: no gauges, an error status or
+    no answer leaves in_flight null, with why."""
+    if not_running:
+        total, each = 0.0, {}
+    else:
+        total, each = in_flight(answer.body, prof) if answer.status == 200 else (None, {})
+    out: dict[str, Any] = {"in_flight": total, "in_flight_by_metric": each}
+    if total is None:
+        out["in_flight_unknown"] = (
+            "%s answered %s at %s" % (p["engine"], "HTTP %s" % answer.status if answer.status else answer.error,
+                                      prof["load_path"])
+            + (" without %s (metrics off?)" % ", ".join(prof.get("load_json") or prof["inflight_metrics"])
+               if answer.status == 200 else ""))
+    return out
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
-            "probe": {"type": "str", "default": "readiness", "choices": ["liveness", "readiness", "completion", "load"]},
-            "prompt": {"type": "str"},
-            "expect": {"type": "str"},
-            "max_tokens": {"type": "int", "default": 4},
-            "model": {"type": "str", "default": ""},
-            "api_key": {"type": "str", "no_log": True},
-            "timeout": {"type": "float", "default": 30},
-            "unit": {"type": "str"},
-            "restarts_baseline": {"type": "int"},
-            "journal_lines": {"type": "int", "default": 400},
-            "validate_certs": {"type": "bool", "default": True},
-            "deadline": {"type": "float"},
-            "engine_version": {"type": "str"},
-            "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     validate(module)
     p = module.params
     try:
@@ -361,49 +414,16 @@ def main() -> None:
         module.fail_json(msg="engine_version: %s" % err)
     base = p["url"].rstrip("/")
     timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
-    secrets = [s for s in [p["api_key"], *p["secrets"]] if s]
-    if p["deadline"] is not None:
-        # the wait overruns its deadline by at most this one request
+    if p["deadline"] is not None:  # the wait overruns its deadline by at most this one request
         timeout = max(1.0, min(timeout, p["deadline"] - time.time()))
-
     started = time.monotonic()
-    expect = None
-    if p["probe"] == "completion":
-        prompt = DEFAULT_PROMPT if p["prompt"] is None else p["prompt"]
-        expect = DEFAULT_EXPECT if p["expect"] is None and p["prompt"] is None else p["expect"]
-        payload: dict[str, Any] = {"prompt": prompt, "max_tokens": p["max_tokens"], "temperature": 0}
-        if p["model"]:
-            payload["model"] = p["model"]
-        answer = http(module, "POST", base + prof["completion_path"], timeout, payload)
-    elif p["probe"] == "load":
-        answer = http(module, "GET", base + prof["load_path"], timeout)
-        if answer.status == 200 and prof.get("load_confirm_s"):
-            total, _each = in_flight(answer.body, prof)
-            if total == 0:  # a zero must hold: a request between two of the engine's queues reads as none
-                time.sleep(prof["load_confirm_s"])
-                answer = http(module, "GET", base + prof["load_path"], timeout)
-    else:
-        path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
-        answer = http(module, "GET", base + path, timeout)
-
+    answer, expect = ask(module, prof, base, timeout)
     unit_state, jfacts = (None, {"journal_failure": ""})
     if p["unit"]:
         unit_state, jfacts = unit_facts(module, p["unit"], prof, p["journal_lines"],
                                         read_journal=answer.status != 200 or p["probe"] == "load")
-
-    # a server that is not running has nothing in flight: known zero, not unknown
-    not_running = p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed")
-    if not_running:
-        result = {"ready": False, "failed": False, "phase": "down", "http_status": answer.status,
-                  "latency_ms": round(answer.latency_ms, 1), "reason": "unit %s is %s: nothing in flight"
-                  % (p["unit"], unit_state.get("ActiveState"))}
-        jfacts.pop("journal_failure")
-    else:
-        result = classify(prof, "completion" if p["probe"] == "completion" else "status", answer,
-                          unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
-    result["changed"] = False
-    result["url"] = base
-    result["host_time"] = round(time.time(), 3)
+    result, not_running = judge(p, prof, answer, unit_state, jfacts, expect)
+    result.update(changed=False, url=base, host_time=round(time.time(), 3))
     if profile_note:
         result["profile_note"] = profile_note
         module.warn(profile_note)
@@ -411,27 +431,14 @@ def main() -> None:
         result["deadline_passed"] = time.time() >= p["deadline"]
     result["probe_ms"] = round((time.monotonic() - started) * 1000, 1)
     if unit_state is not None:
-        result["unit_state"] = unit_state
-        result.update(jfacts)
-
+        result.update(jfacts, unit_state=unit_state)
     if p["probe"] == "load" and not result["failed"]:
-        # unknown is not zero: no gauges, an error status or no answer leaves in_flight null, with why
-        if not_running:
-            total, each = 0.0, {}
-        else:
-            total, each = in_flight(answer.body, prof) if answer.status == 200 else (None, {})
-        result.update(in_flight=total, in_flight_by_metric=each)
-        if total is None:
-            result["in_flight_unknown"] = (
-                "%s answered %s at %s" % (p["engine"], "HTTP %s" % answer.status if answer.status else answer.error,
-                                          prof["load_path"])
-                + (" without %s (metrics off?)" % ", ".join(prof.get("load_json") or prof["inflight_metrics"])
-                   if answer.status == 200 else ""))
+        result.update(load_fields(p, prof, answer, not_running))
     elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:
             result["startup_phases"] = startup_phases(metrics.body, prof)
-
+    secrets = [s for s in [p["api_key"], *p["secrets"]] if s]
     for key in ("reason", "stage_line", "in_flight_unknown"):
         if isinstance(result.get(key), str):
             result[key] = redact(result[key], secrets)
