@@ -226,19 +226,42 @@ def _stamp(line: str) -> float | None:
         return None
 
 
+SPEC: dict[str, Any] = {
+    "since": {"type": "float", "default": 0},
+    "within_s": {"type": "float", "default": 0},
+    "devices": {"type": "list", "elements": "int", "default": []},
+    "dcgm": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
+    "rules": {"type": "dict", "default": {}},
+    "command_timeout": {"type": "float", "default": 120},
+    "phase": {"type": "str", "choices": ["pre", "post"], "default": "pre"},
+}
+
+
+def dcgm_diag(module: AnsibleModule) -> dict[str, Any]:
+    """`dcgmi diag -r 1 -j` where DCGM is installed and not `never`: ran, the failed checks, and why
+    it did not run (a failure only with `always`)."""
+    p = module.params
+    dcgm: dict[str, Any] = {"ran": False, "failed": [], "why": ""}
+    dcgmi = module.get_bin_path("dcgmi") if p["dcgm"] != "never" else None
+    if dcgmi:
+        try:
+            _rc, dout, derr = host_run([dcgmi, "diag", "-r", "1", "-j"], p["command_timeout"])
+            failed = dcgm_failures(dout)
+            if failed is None:  # no JSON: its host engine is not running; a problem only when asked for
+                dcgm = {"ran": False, "failed": [], "why": "dcgmi diag gave no JSON: %s" % (derr or dout).strip()[:200]}
+            else:
+                dcgm = {"ran": True, "failed": failed, "why": ""}
+        except CommandError as err:
+            dcgm = {"ran": True, "failed": ["dcgmi diag -r 1 did not finish: %s" % err], "why": ""}
+    elif p["dcgm"] == "always":
+        dcgm["why"] = "dcgmi is not installed"
+    if dcgm["why"] and p["dcgm"] == "always":
+        dcgm["failed"] = ["not run (%s; dcgm=always)" % dcgm["why"]]
+    return dcgm
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "since": {"type": "float", "default": 0},
-            "within_s": {"type": "float", "default": 0},
-            "devices": {"type": "list", "elements": "int", "default": []},
-            "dcgm": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
-            "rules": {"type": "dict", "default": {}},
-            "command_timeout": {"type": "float", "default": 120},
-            "phase": {"type": "str", "choices": ["pre", "post"], "default": "pre"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
     try:
         check_timeout(p["command_timeout"], "command_timeout", 3600)
@@ -263,24 +286,8 @@ def main() -> None:
                          concerns=[], gpus=[], xid_events=None, kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now)
     if p["devices"]:
         gpus = [g for g in gpus if g["index"] in p["devices"]]
-    since = p["since"] or (now - p["within_s"] if p["within_s"] > 0 else 0)
-    xids, source = kernel_log(module, since, p["command_timeout"])
-    dcgm: dict[str, Any] = {"ran": False, "failed": [], "why": ""}
-    dcgmi = module.get_bin_path("dcgmi") if p["dcgm"] != "never" else None
-    if dcgmi:
-        try:
-            _rc, dout, derr = host_run([dcgmi, "diag", "-r", "1", "-j"], p["command_timeout"])
-            failed = dcgm_failures(dout)
-            if failed is None:  # no JSON: its host engine is not running; a problem only when asked for
-                dcgm = {"ran": False, "failed": [], "why": "dcgmi diag gave no JSON: %s" % (derr or dout).strip()[:200]}
-            else:
-                dcgm = {"ran": True, "failed": failed, "why": ""}
-        except CommandError as err:
-            dcgm = {"ran": True, "failed": ["dcgmi diag -r 1 did not finish: %s" % err], "why": ""}
-    elif p["dcgm"] == "always":
-        dcgm["why"] = "dcgmi is not installed"
-    if dcgm["why"] and p["dcgm"] == "always":
-        dcgm["failed"] = ["not run (%s; dcgm=always)" % dcgm["why"]]
+    xids, source = kernel_log(module, p["since"] or (now - p["within_s"] if p["within_s"] > 0 else 0), p["command_timeout"])
+    dcgm = dcgm_diag(module)
     verdict = judge(gpus, xids, dcgm["failed"], p["rules"], p["phase"])
     if dcgm["why"] and p["dcgm"] == "auto":
         verdict["warnings"].append("DCGM diagnostic not run: %s" % dcgm["why"])
