@@ -222,34 +222,39 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
     return out
 
 
+SPEC: dict[str, Any] = {
+    "url": {"type": "str", "required": True},
+    "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
+    "engine_version": {"type": "str"},
+    "state": {"type": "str", "default": "info", "choices": ["info", "released", "resumed"]},
+    "api_key": {"type": "str", "no_log": True},
+    "validate_certs": {"type": "bool", "default": True},
+    "timeout": {"type": "float", "default": 30},
+    "need_mib": {"type": "int", "default": 0},
+    "device": {"type": "int", "default": 0},
+    "gpu_wait_s": {"type": "float", "default": 10},
+    "idle_wait_s": {"type": "float", "default": 10},
+    "command_timeout": {"type": "float", "default": 30},
+}
+
+
+def checked(p: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The engine's profile and its version note, once every parameter is sound (a ValueError naming it)."""
+    for key in ("timeout", "command_timeout"):
+        check_timeout(p[key], key, 3600)
+    for key in ("gpu_wait_s", "idle_wait_s"):
+        if p[key] < 0 or p[key] > 3600:
+            raise ValueError("%s must be 0-3600 seconds, got %r" % (key, p[key]))
+    if p["need_mib"] < 0 or p["device"] < 0:
+        raise ValueError("need_mib and device must be >= 0, got %d and %d" % (p["need_mib"], p["device"]))
+    return resolve(p["engine"], p["engine_version"])
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
-            "engine_version": {"type": "str"},
-            "state": {"type": "str", "default": "info", "choices": ["info", "released", "resumed"]},
-            "api_key": {"type": "str", "no_log": True},
-            "validate_certs": {"type": "bool", "default": True},
-            "timeout": {"type": "float", "default": 30},
-            "need_mib": {"type": "int", "default": 0},
-            "device": {"type": "int", "default": 0},
-            "gpu_wait_s": {"type": "float", "default": 10},
-            "idle_wait_s": {"type": "float", "default": 10},
-            "command_timeout": {"type": "float", "default": 30},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
     try:
-        for key in ("timeout", "command_timeout"):
-            check_timeout(p[key], key, 3600)
-        for key in ("gpu_wait_s", "idle_wait_s"):
-            if p[key] < 0 or p[key] > 3600:
-                raise ValueError("%s must be 0-3600 seconds, got %r" % (key, p[key]))
-        if p["need_mib"] < 0 or p["device"] < 0:
-            raise ValueError("need_mib and device must be >= 0, got %d and %d" % (p["need_mib"], p["device"]))
-        prof, note = resolve(p["engine"], p["engine_version"])
+        prof, note = checked(p)
     except ValueError as err:
         module.fail_json(msg=str(err))
     if note:
