@@ -180,6 +180,12 @@ def env_lines(env: dict[str, Any], field: str = "bc_engine_env") -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def engine_flags(engine: str) -> dict[str, Any]:
+    """Each setting's flag for `engine` (module_utils/bc_engines.py ENGINES[engine]["flags"]); a list is
+    the flag's version history, for cli_args."""
+    return dict(profile(engine)["flags"])
+
+
 def api_key_transport(engine: str) -> dict[str, str]:
     """How `engine` takes its API key without the command line: {"env": NAME} or
     {"config_flag": FLAG, "config_key": KEY} (module_utils/bc_engines.py, with the sources)."""
@@ -313,7 +319,8 @@ class FilterModule:
             "bc_name_list": name_list,
             "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
             "bc_unit_name_problem": unit_name_problem,
-            "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport, "bc_redact": redact,
+            "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
+            "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_effective": effective, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile,

@@ -21,6 +21,32 @@ from typing import Any
 
 ENGINES: dict[str, dict[str, Any]] = {
     "sglang": {
+        # the server's flag of each setting (roles/service_unit renders the command line from these); a list is a
+        # version history [[since, flag], ...]: 0.5.10 has --cuda-graph-max-bs, by 0.5.15 --cuda-graph-max-bs-decode;
+        # --enable-memory-saver: the KV cache can be released in place (bc_stop_policy auto|release; docs/release.md)
+        "flags": {
+            "model_path": "--model-path",
+            "tp_size": "--tp-size",
+            "host": "--host",
+            "port": "--port",
+            "context_length": "--context-length",
+            "mem_fraction_static": "--mem-fraction-static",
+            "served_model_name": "--served-model-name",
+            "enable_metrics": "--enable-metrics",
+            "trust_remote_code": "--trust-remote-code",
+            "max_running_requests": "--max-running-requests",
+            "chunked_prefill_size": "--chunked-prefill-size",
+            "watchdog_timeout": "--watchdog-timeout",
+            "speculative_algorithm": "--speculative-algorithm",
+            "speculative_draft_model_path": "--speculative-draft-model-path",
+            "speculative_num_steps": "--speculative-num-steps",
+            "speculative_eagle_topk": "--speculative-eagle-topk",
+            "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+            "tool_call_parser": "--tool-call-parser",
+            "reasoning_parser": "--reasoning-parser",
+            "cuda_graph_max_bs": [["0", "--cuda-graph-max-bs"], ["0.5.15", "--cuda-graph-max-bs-decode"]],
+            "enable_memory_saver": "--enable-memory-saver",
+        },
         "readiness_path": "/health_generate",  # runs a real 1-token generation
         "liveness_path": "/health",
         "completion_path": "/v1/completions",
@@ -115,6 +141,18 @@ ENGINES: dict[str, dict[str, Any]] = {
         ],
     },
     "llamacpp": {
+        # the server's flag of each setting (roles/service_unit renders the command line from these)
+        "flags": {
+            "model_path": "--model",
+            "host": "--host",
+            "port": "--port",
+            "context_length": "--ctx-size",
+            "served_model_name": "--alias",
+            "enable_metrics": "--metrics",
+            "threads": "--threads",
+            "parallel": "--parallel",
+            "seed": "--seed",
+        },
         "readiness_path": "/health",
         "liveness_path": "/health",
         "completion_path": "/v1/completions",
@@ -150,6 +188,18 @@ ENGINES: dict[str, dict[str, Any]] = {
         ],
     },
     "vllm": {
+        # the server's flag of each setting (roles/service_unit renders the command line from these)
+        "flags": {
+            "model_path": "--model",
+            "tp_size": "--tensor-parallel-size",
+            "host": "--host",
+            "port": "--port",
+            "context_length": "--max-model-len",
+            "mem_fraction_static": "--gpu-memory-utilization",
+            "served_model_name": "--served-model-name",
+            "trust_remote_code": "--trust-remote-code",
+            "enable_sleep_mode": "--enable-sleep-mode",
+        },
         "readiness_path": "/health",
         "liveness_path": "/health",
         "completion_path": "/v1/completions",

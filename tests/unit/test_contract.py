@@ -97,3 +97,17 @@ def test_ansible_checks_the_types_against_the_contract_and_takes_what_awx_sends(
     assert validator.validate({"bc_sweep_tp_sizes": "1,8"}).validated_parameters["bc_sweep_tp_sizes"] == [1, 8]
     # a secret's value never appears in an error
     assert "sk-123456" not in " ".join(validator.validate({"bc_api_key": {"v": "sk-123456"}}).error_messages)
+
+
+def test_the_unit_roles_settings_are_exactly_the_engines_flags():
+    """The settings the service_unit role takes (its argument spec, which types them and refuses a typo
+    naming it) are the union of the engines' flags (bc_engines.ENGINES[*]["flags"]), and each engine's
+    program is the role's: one list of what the unit can be told."""
+    from ansible.module_utils.bc_engines import ENGINES
+
+    spec = yaml.safe_load((ROOT / "roles/service_unit/meta/argument_specs.yml").read_text())
+    settings = spec["argument_specs"]["main"]["options"]["service_unit_settings"]["options"]
+    flags = set().union(*(set(e["flags"]) for e in ENGINES.values()))
+    assert set(settings) == flags, (sorted(set(settings) - flags), sorted(flags - set(settings)))
+    programs = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
+    assert set(programs) == set(ENGINES) and all(set(p) == {"exec"} for p in programs.values())
