@@ -35,6 +35,7 @@ def test_every_fact_a_role_sets_is_a_documented_output_or_internal(role: str) ->
     for path in (ROOT / "roles" / role / "tasks").glob("*.yml"):
         facts(yaml.safe_load(path.read_text()), found)
     spec = (ROOT / "roles" / role / "meta/argument_specs.yml").read_text()
+    assert yaml.safe_load(spec)["argument_specs"]["main"]["options"], role  # the spec parses, with its inputs
     for name in sorted(found):
         if name.startswith("__"):
             assert name.startswith("__%s_" % role), "%s: internal fact %s must be prefixed __%s_" % (role, name, role)
