@@ -50,7 +50,10 @@ def two_runs(old: dict[str, Any], new: dict[str, Any], fidelity: bool) -> int:
     if old["shape"] != new["shape"]:
         print("note: the shapes differ: %s vs %s" % (old["shape"], new["shape"]), file=sys.stderr)
     worst = 0.0
-    for cmp in series_compare(series(new), series(old)):
+    compared = series_compare(series(new), series(old))
+    pairs = {(c["backend"], c["routing"]) for c in compared if c["rows"]}
+    missing = [(r["backend"], r["routing"]) for r in series(old) if (r["backend"], r["routing"]) not in pairs]
+    for cmp in compared:
         print("\n%s, %s: worst deviation %.1f%%\n| M | old ms | new ms | new/old |\n|---:|---:|---:|---:|"
               % (cmp["backend"], cmp["routing"], cmp["worst"] * 100))
         for row in cmp["rows"]:
@@ -59,12 +62,16 @@ def two_runs(old: dict[str, Any], new: dict[str, Any], fidelity: bool) -> int:
     for label, res in (("old", old), ("new", new)):
         for r in series(res):
             k = knee(r["points"], res["shape"]["E"])
-            print("%s %s %s: knee M=%s, plateau %.4f ms at M=%s" % (label, r["backend"], r["routing"], k["knee_m"],
-                                                                   k["plateau_ms"], k["plateau_m"]))
+            plateau = "-" if k["plateau_ms"] is None else "%.4f" % k["plateau_ms"]
+            print("%s %s %s: knee M=%s, plateau %s ms at M=%s" % (label, r["backend"], r["routing"], k["knee_m"],
+                                                                 plateau, k["plateau_m"]))
+    if missing:
+        print("not in both runs (no points to compare): %s" % ", ".join("%s %s" % m for m in missing))
     if fidelity:
+        holds = worst <= 0.05 and not missing and bool(pairs)
         print("fidelity: worst run-to-run deviation %.1f%% over every backend, routing and M (target <= 5%%): %s"
-              % (worst * 100, "holds" if worst <= 0.05 else "DOES NOT HOLD"))
-        return 0 if worst <= 0.05 else 1
+              % (worst * 100, "holds" if holds else "DOES NOT HOLD" + (" (series missing from a run)" if missing or not pairs else "")))
+        return 0 if holds else 1
     return 0
 
 

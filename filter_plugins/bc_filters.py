@@ -167,6 +167,9 @@ def env_lines(env: dict[str, Any], field: str = "bc_engine_env") -> str:
     """systemd EnvironmentFile lines for `env`: names checked (a newline in a name would inject a
     line of its own), values double-quoted with the four characters systemd unescapes inside double
     quotes (backslash, quote, backtick, dollar) escaped, UTF-8 kept as it is."""
+    if env is not None and not isinstance(env, dict):
+        raise ValueError("%s must be a mapping of NAME: value, e.g. {HF_HOME: /var/cache/huggingface}, got a %s"
+                         % (field, type(env).__name__))
     lines = []
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not ENV_NAME.match(key):
@@ -251,8 +254,10 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
                     problems.append("bc_sweep_routing[%d].kind=%s: use one of %s"
                                     % (i, spec.get("kind"), "|".join(ROUTING_KINDS)))
     key = v.get("bc_api_key")
-    if key is not None and key != "":
-        if not isinstance(key, str) or CONTROL.search(key) or key != key.strip() or re.search(r"\s", key):
+    if key is not None and key != "" and not isinstance(key, str):
+        problems.append("bc_api_key must be a string: quote it in YAML (the value is not shown)")
+    elif key is not None and key != "":
+        if CONTROL.search(key) or key != key.strip() or re.search(r"\s", key):
             problems.append("bc_api_key holds whitespace or a control character (a trailing newline from a file?): "
                             "strip it (the value is not shown)")
     for field in ("bc_service_user", "bc_service_group"):
@@ -289,6 +294,19 @@ def effective(contract: dict[str, dict[str, Any]], given: Any) -> dict[str, Any]
     return {name: given[name] if name in given else spec.get("default") for name, spec in contract.items()}
 
 
+def preflight(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """One sizing of the sweep's runs (marlin_sweep's preflight per tensor-parallel shape, all on the
+    same device): the largest need rules, it fits only if every run fits, and `why` is "" unless a run
+    can run nowhere (each reason once)."""
+    if not plans:
+        raise ValueError("bc_preflight: no preflight results (bc_sweep_tp_sizes is empty?)")
+    first = plans[0]
+    return {"need_mib": max(p["need_mib"] for p in plans), "need_gib": max(p["estimate_peak_gib"] for p in plans),
+            "fits": all(p["fits"] for p in plans), "has_gpu": len(first.get("gpus") or []) > 0,
+            "free_mib": first["free_mib"], "free_gib": first["free_gib"], "oom_kills": first.get("oom_kills"),
+            "why": "; ".join(dict.fromkeys(p["why"] for p in plans if not p["runnable"]))}
+
+
 def cycle_budget(phases: dict[str, Any]) -> dict[str, Any]:
     """The cycle's worst case, phase by phase, in seconds: what an AWX job timeout must exceed
     (it kills the job and skips `always`, so a cycle that may outlast it is refused)."""
@@ -322,6 +340,7 @@ class FilterModule:
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
-            "bc_settings_problems": settings_problems, "bc_effective": effective, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
+            "bc_settings_problems": settings_problems, "bc_effective": effective,
+            "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile,
         }

@@ -486,7 +486,8 @@ from ansible.module_utils.bc_sweepstats import (
     backend_list,
     estimate_peak_bytes,
     replay_ids,
-    routing_spec,
+    resident_bytes,
+    routing_specs,
     validate,
 )
 from ansible.module_utils.bc_unit import SWEEP_MODULE, sweep_tags
@@ -603,31 +604,36 @@ def skipped(errors: dict[str, str], has_gpu: bool) -> dict[str, str]:
 
 
 def backend_problem(errors: dict[str, str], has_gpu: bool) -> tuple[list[str], str]:
-    """The backends that can run, and "" or what is wrong with the choice (none can run), naming the fix."""
-    gpu_only = [b for b in errors if b in INT4_BACKENDS]
-    usable = [b for b in errors if b not in skipped(errors, has_gpu)]
-    if usable:
+    """The backends that can run, and "" or what is wrong with the choice, naming the fix. The first
+    backend is the primary, what the run is for: the choice is refused unless it can run (another one
+    that cannot is reported and skipped)."""
+    down = skipped(errors, has_gpu)
+    usable = [b for b in errors if b not in down]
+    primary = next(iter(errors))
+    if primary not in down:
         return usable, ""
-    if not has_gpu and gpu_only:
+    if not has_gpu and primary in INT4_BACKENDS:
+        gpu_only = [b for b in errors if b in INT4_BACKENDS]
         return [], ("cannot run the %s backend without a GPU: nvidia-smi found none. Use backends [torch] for the CPU "
                     "reference" % ", ".join(gpu_only))
-    fix = ("Install torch in that Python" if list(errors) == ["torch"]
+    fix = ("Install torch in that Python" if primary == "torch"
            else "Point bc_sweep_python at the SGLang venv, or install sglang there")
+    failing = [b for b in errors if errors[b]]
     return [], "cannot import the %s backend: %s. %s" % (
-        ", ".join(errors), "; ".join(e for e in dict.fromkeys(errors.values()) if e), fix)
+        ", ".join(failing), "; ".join(e for e in dict.fromkeys(errors[b] for b in failing)), fix)
 
 
 def sizing(gpus: list[dict[str, Any]], device: int, need_gib: float, margin: float, backends: list[str],
-           host_mib: int | None) -> dict[str, Any]:
+           host_mib: int | None, fix: str = "sweep fewer or smaller batch sizes, or a larger tp_size") -> dict[str, Any]:
     """Where the sweep can run: `runnable` (it fits the device's total memory: otherwise it can run
     nowhere, and nothing may be stopped for it, with `why`) and `fits` (it fits the free memory
     beside whatever runs now)."""
     need_mib = need_gib * 1024 * (1 + margin)
-    return dict(_sizing(gpus, device, need_mib, margin, backends, host_mib), need_mib=round(need_mib))
+    return dict(_sizing(gpus, device, need_mib, margin, backends, host_mib, fix), need_mib=round(need_mib))
 
 
 def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: float, backends: list[str],
-            host_mib: int | None) -> dict[str, Any]:
+            host_mib: int | None, fix: str = "sweep fewer or smaller batch sizes, or a larger tp_size") -> dict[str, Any]:
     if not gpus:
         if "torch" not in backends:
             return {"runnable": False, "fits": False, "free_gib": 0, "total_gib": 0, "free_mib": 0,
@@ -648,8 +654,8 @@ def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: fl
             "free_mib": gpu["free_mib"],
             "total_gib": round(gpu["total_mib"] / 1024, 2),
             "why": "" if runnable else "the sweep needs ~%.1f GiB (with a %d%% margin) and GPU %d (%s) has %.1f GiB in all: "
-            "it can run nowhere on this host, so nothing is stopped for it; sweep fewer or smaller batch sizes"
-            % (need_mib / 1024, margin * 100, device, gpu["name"], gpu["total_mib"] / 1024)}
+            "it can run nowhere on this host, so nothing is stopped for it; %s"
+            % (need_mib / 1024, margin * 100, device, gpu["name"], gpu["total_mib"] / 1024, fix)}
 
 
 def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
@@ -754,7 +760,7 @@ def plan_of(p: dict[str, Any]) -> dict[str, Any]:
     """The checked shape, backends and routing (replay files read and checked here, on the host,
     so that a bad one fails the preflight), and the estimated peak memory. ShapeError names the field."""
     s = validate({k: p[k] for k in SHAPE_KEYS}, p["batch_sizes"], p["backends"])
-    specs = [routing_spec(r, s, "routing[%d]" % i) for i, r in enumerate(p["routing"])]
+    specs = routing_specs(p["routing"], s)
     for spec in specs:
         if spec["kind"] == "replay":
             try:
@@ -766,7 +772,7 @@ def plan_of(p: dict[str, Any]) -> dict[str, Any]:
                 raise ShapeError("replay file %s cannot be read as JSON: %s" % (spec["file"], err)) from None
     backends = backend_list(p["backends"])
     estimate = estimate_peak_bytes(s, p["batch_sizes"], backends, p["routings"])
-    return {"shape": s, "batch_sizes": sorted(set(p["batch_sizes"])), "backends": backends,
+    return {"shape": s, "batch_sizes": sorted(set(p["batch_sizes"])), "backends": backends, "backend": backends[0],
             "routing": [r["name"] for r in specs], "estimate_peak_gib": round(estimate / GIB, 3), "output": p["output"]}
 
 
@@ -776,15 +782,22 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     gpus = list_gpus(module)
     errors = backend_check(module, p["python"] or sys.executable, plan["backends"])
     usable, why = backend_problem(errors, bool(gpus))
+    chosen = usable or plan["backends"]
+    if usable and usable != plan["backends"]:  # only what will run is sized (and resident)
+        plan["estimate_peak_gib"] = round(estimate_peak_bytes(plan["shape"], plan["batch_sizes"], usable, p["routings"]) / GIB, 3)
+    fix = ("drop a backend from bc_sweep_backends (each keeps its weights on the GPU: %s), use a larger tp_size, or sweep "
+           "smaller batch sizes" % ", ".join("%s %.1f GiB" % (b, resident_bytes(plan["shape"], b) / GIB) for b in chosen)
+           if len(chosen) > 1 else "sweep fewer or smaller batch sizes, or a larger tp_size")
     return dict(gpus=gpus, backend_importable=bool(usable), backend_error=why, usable_backends=usable,
                 skipped_backends=skipped(errors, bool(gpus)) if usable else {}, oom_kills=oom_kills(),
-                **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], usable or plan["backends"],
-                         meminfo_mib()))
+                **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], chosen, meminfo_mib(), fix))
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
+    # a replay file is read by the module here and by the worker in its own folder: one absolute path for both
+    p["routing"] = [dict(r, file=os.path.abspath(r["file"])) if r.get("file") else r for r in p["routing"]]
     bad = problem(p)
     if bad:
         module.fail_json(msg=bad)

@@ -38,7 +38,7 @@ from ansible.module_utils.bc_sweepstats import (
     median,
     point_cost,
     replay_ids,
-    routing_spec,
+    routing_specs,
     validate,
     winners,
 )
@@ -265,6 +265,7 @@ class TritonKernel:
     def imports() -> tuple[Any, Any, Any]:
         from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig  # noqa: PLC0415
         from sglang.srt.layers.moe.topk import StandardTopKOutput  # noqa: PLC0415
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: F401,PLC0415 - server_defaults
 
         return first_attr(TRITON_MODULES, "fused_experts"), MoeRunnerConfig, StandardTopKOutput
 
@@ -518,22 +519,22 @@ def _device(torch: Any, cfg: dict[str, Any]) -> Any:
 
 
 def _choose(asked: list[str], cuda: bool, auto: bool) -> tuple[list[str], list[dict[str, Any]]]:
-    """The backends that run here and the report of every one asked for. One that cannot run is
-    reported, not fatal, unless none of those asked for can."""
+    """The backends that run here and the report of every one asked for. The first is the primary,
+    what the run is for: it must run. Another that cannot run is reported, not fatal."""
     report, runnable = [], []
     for name in asked:
         ok, why = available(name, cuda)
         report.append({"name": name, "status": "measured" if ok else "unavailable", "why": why})
         if ok:
             runnable.append(name)
-    if not runnable:
-        if asked == ["sglang"] and not cuda:
+    if report[0]["status"] != "measured":
+        if asked[0] == "sglang" and not cuda:
             raise RuntimeError("backend sglang needs a CUDA GPU; none is visible to torch here")
         if auto:
             raise RuntimeError("backend auto: sglang is not importable here (%s); install sglang in this "
                                "Python, or choose backend torch" % report[0]["why"])
-        raise RuntimeError("none of the backends asked for can run here: %s"
-                           % "; ".join("%s: %s" % (r["name"], r["why"]) for r in report))
+        raise RuntimeError("the primary backend %s cannot run here: %s%s" % (
+            asked[0], report[0]["why"], "".join("; %s: %s" % (r["name"], r["why"]) for r in report[1:] if r["why"])))
     return runnable, report
 
 
@@ -560,7 +561,7 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
     device = _device(torch, cfg)
     cuda = device.type == "cuda"
     backends, report = _choose(backend_list(asked_raw), cuda, asked_raw == ["auto"])
-    specs = [routing_spec(r, s, "routing[%d]" % i) for i, r in enumerate(cfg.get("routing") or [{"kind": "uniform"}])]
+    specs = routing_specs(cfg.get("routing") or [{"kind": "uniform"}], s)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[cfg.get("dtype", "bf16")]
     routings_n, seed = int(cfg.get("routings", 8)), int(cfg.get("seed", 0))
     sizes = sorted({int(m) for m in cfg["batch_sizes"]})
@@ -589,9 +590,18 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
     kernels = {}
     for name in backends:
         t_kernel = time.monotonic()
-        kernels[name] = build_kernel(torch, name, weights, dtype)
         entry = next(r for r in report if r["name"] == name)
+        try:
+            kernels[name] = build_kernel(torch, name, weights, dtype)
+        except Exception as err:  # a secondary backend that cannot be built is reported; the primary must be
+            if name == backends[0]:
+                raise
+            entry.update(status="unavailable", why="%s: %s" % (type(err).__name__, str(err).splitlines()[0][:300] if str(err) else ""))
+            if cuda:
+                torch.cuda.empty_cache()
+            continue
         entry.update(impl=kernels[name].impl, prepare_s=round(time.monotonic() - t_kernel, 2))
+    backends = [b for b in backends if b in kernels]
     result["prepare_s"] = round(time.monotonic() - t_prep, 2)
     result["impl"] = kernels[backends[0]].impl
     gen = torch.Generator(device=device).manual_seed(seed + 1)
@@ -634,11 +644,15 @@ def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str
     for entry in report:
         if entry["status"] != "measured" or not cfg.get("check", True) or (entry["name"] == "torch" and device.type != "cuda"):
             continue
-        check = reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)), backend=entry["name"])
-        check.update(bound=bound, ok=check["relative_error"] <= bound)
+        try:
+            check = reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)), backend=entry["name"])
+            check.update(bound=bound, ok=check["relative_error"] <= bound)
+        except Exception as err:  # a check that cannot run proves nothing: a failed check, not a lost run
+            check = {"relative_error": float("nan"), "bound": bound, "ok": False,
+                     "error": "%s: %s" % (type(err).__name__, str(err)[:300])}
         entry["check"] = check
         if not check["ok"]:
-            wrong.append("%s: relative error %.4f > %.4f" % (entry["name"], check["relative_error"], bound))
+            wrong.append("%s: %s" % (entry["name"], check.get("error") or "relative error %.4f > %.4f" % (check["relative_error"], bound)))
     primary = report[[r["name"] for r in report].index(result["backend"])]
     if primary.get("check"):
         result["check"] = primary["check"]

@@ -32,8 +32,11 @@ def read_history(path: str) -> list[dict[str, Any]]:
 
 
 def previous_run(history: list[dict[str, Any]], host: str, result: dict[str, Any], stamp: str) -> dict[str, Any] | None:
-    key = (host, shape_key(result), result["backend"], result.get("ran_on"))
-    same = [h for h in history if (h.get("host"), h.get("shape_key"), h.get("backend"), h.get("ran_on")) == key
+    """The last earlier run of the same host, shape, primary backend, device kind and first routing
+    (a line written before routings were named was uniform): what the report compares with."""
+    key = (host, shape_key(result), result["backend"], result.get("ran_on"), series_of(result)[0]["routing"])
+    same = [h for h in history
+            if (h.get("host"), h.get("shape_key"), h.get("backend"), h.get("ran_on"), h.get("routing", "uniform")) == key
             and h.get("stamp") != stamp]
     return same[-1] if same else None
 
@@ -56,6 +59,7 @@ def history_line(host: str, stamp: str, result: dict[str, Any], report: str,
         "backend": result["backend"], "ran_on": result.get("ran_on"), "gpu": result.get("environment", {}).get("gpu"),
         "knee_m": result.get("knee_m"), "plateau_ms": result.get("plateau_ms"),
         "points": [{"m": p["m"], "ms": p["ms"]} for p in result["points"]], "report": report,
+        "routing": series_of(result)[0]["routing"],
         "series": [{"backend": r["backend"], "routing": r["routing"], "points": [{"m": p["m"], "ms": p["ms"]} for p in r["points"]]}
                    for r in series_of(result)],
         "gpu_health": health_summary(health),

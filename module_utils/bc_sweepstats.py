@@ -116,7 +116,10 @@ def routing_spec(spec: dict[str, Any], s: dict[str, int], field: str = "routing"
         return {"kind": kind, "skew": skew, "name": "zipf(%g)" % skew}
     if kind == "hot":
         fraction = float(spec.get("fraction") if spec.get("fraction") is not None else 0.5)
-        experts = int(spec.get("experts") or 2 * s["topk"])
+        if spec.get("experts") is not None and int(spec["experts"]) < 1:
+            raise ShapeError("%s hot experts=%s: give from top_k (%d) to num_experts (%d) hot experts"
+                             % (field, spec["experts"], s["topk"], s["E"]))
+        experts = int(spec["experts"]) if spec.get("experts") is not None else min(2 * s["topk"], s["E"])
         if not 0 < fraction <= 1:
             raise ShapeError("%s hot fraction=%s: give the share of tokens sent to the hot experts, above 0 and at most 1"
                              % (field, fraction))
@@ -129,6 +132,18 @@ def routing_spec(spec: dict[str, Any], s: dict[str, int], field: str = "routing"
         raise ShapeError("%s replay needs file: a JSON file of recorded top-k expert ids, [[e0, .., e%d], ...]"
                          % (field, s["topk"] - 1))
     return {"kind": kind, "file": str(path), "name": "replay(%s)" % str(path).rsplit("/", 1)[-1]}
+
+
+def routing_specs(specs: list[dict[str, Any]], s: dict[str, int], field: str = "routing") -> list[dict[str, Any]]:
+    """Every distribution checked (routing_spec); two with the same name (two replay files of one
+    basename, the same zipf twice) would overwrite each other's numbers, so a repeat is refused."""
+    out = [routing_spec(r, s, "%s[%d]" % (field, i)) for i, r in enumerate(specs or [{"kind": "uniform"}])]
+    names = [r["name"] for r in out]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ShapeError("%s names %s twice: each distribution once (rename a replay file, or drop the repeat)"
+                         % (field, ", ".join(repeated)))
+    return out
 
 
 def replay_ids(data: Any, s: dict[str, int], path: str) -> list[list[int]]:
@@ -250,8 +265,8 @@ def estimate_peak_bytes(s: dict[str, int], batch_sizes: Iterable[int], backends:
     acts = call_bytes(s, m, dtype_bytes)
     if "triton" in chosen:  # SGLang's Triton path keeps the down-projection output per (token, expert), and the input copy
         acts += (m * s["topk"] * s["K"] + m * s["K"]) * dtype_bytes
-    if "torch" in chosen:
-        acts += 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes
+    if "torch" in chosen:  # gathered inputs, both GEMMs' outputs, and the fp32 copy of the weighted output
+        acts += 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes + m * s["topk"] * s["K"] * 2
     routing = routings * m * s["topk"] * 8 + m * s["E"] * 4
     context = 64 * 1024 * 1024
     return int(max(GIB, weights + max(build, acts + routing)) + context)

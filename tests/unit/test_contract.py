@@ -26,7 +26,7 @@ FILES = {p.stem for p in (ROOT / "module_utils").glob("bc_*.py")}
 
 
 def names_in(text: str) -> set[str]:
-    return set(re.findall(r"\bbc_[a-z0-9_]+\b", text)) - FILTERS - FILES - {"bc_contract"}
+    return set(re.findall(r"\bbc_[a-z0-9_]+\b", text)) - FILTERS - FILES - {"bc_contract", "bc_contract_renamed"}
 
 
 def test_every_setting_has_a_type_and_a_description():
@@ -111,3 +111,12 @@ def test_the_unit_roles_settings_are_exactly_the_engines_flags():
     assert set(settings) == flags, (sorted(set(settings) - flags), sorted(flags - set(settings)))
     programs = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
     assert set(programs) == set(ENGINES) and all(set(p) == {"exec"} for p in programs.values())
+
+
+def test_a_renamed_setting_is_refused_with_what_to_write_instead():
+    renamed = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract_renamed"]
+    for old, hint in renamed.items():
+        assert old not in CONTRACT, old
+        assert any(name in hint for name in CONTRACT), (old, hint)  # the hint names the setting to use
+    preflight = (ROOT / "playbooks/tasks/preflight.yml").read_text()
+    assert "bc_contract_renamed[v]" in preflight

@@ -169,7 +169,7 @@ def test_a_backend_that_cannot_run_is_reported_and_the_others_are_timed():
     assert "needs a CUDA GPU" in res["backends"][1]["why"]
     assert [(r["backend"], r["routing"]) for r in res["series"]] == [("torch", "uniform"), ("torch", "zipf(1)")]
     assert res["points"] == res["series"][0]["points"] and res["routing"] == ["uniform", "zipf(1)"]
-    with pytest.raises(RuntimeError, match="none of the backends asked for can run here: triton: backend triton needs a CUDA GPU"):
+    with pytest.raises(RuntimeError, match="the primary backend triton cannot run here: backend triton needs a CUDA GPU"):
         bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1], "backends": ["triton"], "device_type": "cpu"})
 
 
@@ -252,3 +252,97 @@ def test_the_preflight_reports_backends_that_cannot_run_and_refuses_a_bad_replay
     assert refused["_status"] == "FAILED!" and "row 1 is [3, 3]" in refused["msg"]
     hostile = adhoc("marlin_sweep", dict(SMALL, output=out, routing=[{"kind": "zipf", "skew": -1}]), check=True)
     assert hostile["_status"] == "FAILED!" and "routing[0] zipf skew=-1.0" in hostile["msg"]
+
+
+def test_one_sizing_of_every_tensor_parallel_run_the_largest_rules():
+    from bc_filters import preflight
+
+    tp1 = {"need_mib": 58000, "estimate_peak_gib": 52.5, "fits": False, "runnable": True, "why": "", "gpus": [{"index": 0}],
+           "free_mib": 7000, "free_gib": 6.8, "oom_kills": 0}
+    tp8 = dict(tp1, need_mib=9800, estimate_peak_gib=8.7, fits=True)
+    got = preflight([tp8, tp1])
+    assert got == {"need_mib": 58000, "need_gib": 52.5, "fits": False, "has_gpu": True, "free_mib": 7000, "free_gib": 6.8,
+                   "oom_kills": 0, "why": ""}
+    nowhere = dict(tp1, runnable=False, why="the sweep needs ~160 GiB and GPU 0 has 139.8 GiB in all")
+    assert preflight([tp8, nowhere, nowhere])["why"] == nowhere["why"]  # each reason once
+    assert preflight([dict(tp8, gpus=[])])["has_gpu"] is False
+    with pytest.raises(ValueError, match="no preflight results"):
+        preflight([])
+
+
+def test_the_primary_backend_must_run_and_a_repeated_routing_is_refused(tmp_path):
+    # the first backend is what the run is for: a missing primary fails, a missing secondary is reported
+    with pytest.raises(RuntimeError, match="the primary backend triton cannot run here"):
+        bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1], "backends": ["triton", "torch"], "device_type": "cpu"})
+    with pytest.raises(RuntimeError, match="backend sglang needs a CUDA GPU"):  # the default, on a host without one
+        bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1], "backends": ["auto", "torch"], "device_type": "cpu"})
+    out = str(tmp_path / "plan.json")
+    refused = adhoc("marlin_sweep", dict(SMALL, output=out, backends=["triton", "torch"], preflight=True), check=True)
+    assert refused["backend_importable"] is False and "without a GPU" in refused["backend_error"]
+    for a, b in (("d1", "d2"),):
+        for d in (a, b):
+            (tmp_path / d).mkdir()
+            (tmp_path / d / "ids.json").write_text(json.dumps([[0, 1], [2, 3]]))
+    twice = adhoc("marlin_sweep", dict(SMALL, output=out, backends=["torch"], routing=[
+        {"kind": "replay", "file": str(tmp_path / "d1/ids.json")}, {"kind": "replay", "file": str(tmp_path / "d2/ids.json")}]), check=True)
+    assert twice["_status"] == "FAILED!" and "names replay(ids.json) twice" in twice["msg"]
+
+
+def test_a_secondary_backend_that_cannot_be_built_is_reported_and_the_run_goes_on(monkeypatch):
+    class Broken(bc_marlin.TorchKernel):
+        """A test double of a kernel whose construction fails (an SGLang release without a helper)."""
+
+        def __init__(self, torch, w):
+            raise ImportError("cannot import name 'MoeRunnerConfig'")
+
+    monkeypatch.setitem(bc_marlin.KERNELS, "triton", Broken)
+    monkeypatch.setattr(bc_marlin, "available", lambda name, cuda: (True, ""))
+    res = bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1, 4], "backends": ["torch", "triton"], "iters": 3, "warmup": 1,
+                               "device_type": "cpu"})
+    assert res["status"] == "complete" and [r["backend"] for r in res["series"]] == ["torch"]
+    triton = next(b for b in res["backends"] if b["name"] == "triton")
+    assert triton["status"] == "unavailable" and "MoeRunnerConfig" in triton["why"]
+
+
+def test_a_replay_file_given_relative_is_read_from_where_the_module_runs(tmp_path, monkeypatch):
+    (tmp_path / "ids.json").write_text(json.dumps([[0, 1], [2, 3], [4, 5]]))
+    monkeypatch.chdir(tmp_path)
+    out = str(tmp_path / "sweep.json")
+    r = adhoc("marlin_sweep", dict(SMALL, output=out, backends=["torch"], batch_sizes=[1, 2], iters=3, warmup=1,
+                                   routing=[{"kind": "replay", "file": "ids.json"}]))
+    assert r["_status"] in ("CHANGED", "SUCCESS"), r.get("msg")
+    assert r["routing"] == ["replay(ids.json)"] and [p["m"] for p in r["points"]] == [1, 2]
+
+
+def test_the_report_compares_with_the_previous_run_of_the_same_routing():
+    from ansible.module_utils.bc_report import history_line, previous_run
+
+    res = json.loads((FIX / "sweep-tp8-kernels-run1.json").read_text())
+    zipf_first = dict(res, series=[s for s in res["series"] if s["routing"] != "uniform"])
+    history = [history_line("h200", "run1", res, "r.md"), dict(history_line("h200", "old", res, "r.md"), routing=None)]
+    history[1].pop("routing")  # a line from before routings were named: uniform
+    assert previous_run(history, "h200", res, "run2")["stamp"] == "old"
+    assert previous_run(history, "h200", zipf_first, "run2") is None  # uniform runs are not zipf's past
+    assert previous_run([*history, history_line("h200", "z", zipf_first, "r.md")], "h200", zipf_first, "run2")["stamp"] == "z"
+
+
+def test_fidelity_does_not_hold_when_the_runs_share_nothing_or_a_series_is_empty(tmp_path):
+    run1 = json.loads((FIX / "sweep-tp8-kernels-run1.json").read_text())
+    only_torch = dict(run1, series=[s for s in run1["series"] if s["backend"] == "torch"])
+    empty = json.loads(json.dumps(run1))
+    empty["series"][0]["points"] = []
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(run1))
+    b.write_text(json.dumps(only_torch))
+    c.write_text(json.dumps(empty))
+    script = [sys.executable, str(ROOT / "bench/compare_runs.py"), "--fidelity"]
+    for old, new in ((a, b), (c, a), (a, c)):
+        out = subprocess.run([*script, str(old), str(new)], capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 1 and "DOES NOT HOLD" in out.stdout, (old.name, new.name, out.stdout[-300:], out.stderr[-300:])
+
+
+def test_a_hot_set_defaults_to_what_the_model_has():
+    s = shard(dict(SMALL, num_experts=8, top_k=5))
+    assert routing_spec({"kind": "hot"}, s)["experts"] == 8  # 2 x top_k = 10 > 8 experts
+    with pytest.raises(ShapeError, match="hot experts=0"):
+        routing_spec({"kind": "hot", "experts": 0}, s)
