@@ -330,48 +330,54 @@ def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:
     return unit.rollback()
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "armed",
-                                                  "disarmed"],
-                      "default": "present"},
-            "token": {"type": "str"},
-            "content": {"type": "str"},
-            "env_file": {"type": "path"},
-            "env_content": {"type": "str", "no_log": True},
-            "secret_file": {"type": "path"},
-            "secret_content": {"type": "str", "no_log": True},
-            "enabled": {"type": "bool"},
-            "systemd_dir": {"type": "path", "default": "/etc/systemd/system"},
-            "state_dir": {"type": "path", "default": "/var/lib/benchmark-cycle"},
-            "engine": {"type": "str", "choices": sorted(ENGINES), "default": "sglang"},
-            "kill_leftovers": {"type": "bool", "default": True},
-            "gpu_check": {"type": "bool", "default": True},
-            "gpu_free_mib": {"type": "int", "default": 2048},
-            "gpu_wait_s": {"type": "int", "default": 60},
-            "gpu_indices": {"type": "list", "elements": "int", "default": []},
-            "stop_timeout": {"type": "int", "default": 300},
-            "command_timeout": {"type": "int", "default": 60},
-            "sweep_tag": {"type": "str"},
-            "fire_after": {"type": "int"},
-            "switch_action": {"type": "str", "choices": ["start", "restart"], "default": "start"},
-            "invocation_id": {"type": "str"},
-        },
-        required_if=[("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]),
-                     ("state", "armed", ["fire_after"])],
-        supports_check_mode=True,
-    )
-    p = module.params
+SPEC: dict[str, Any] = {
+    "name": {"type": "str", "required": True},
+    "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "armed",
+                                         "disarmed"],
+              "default": "present"},
+    "token": {"type": "str"},
+    "content": {"type": "str"},
+    "env_file": {"type": "path"},
+    "env_content": {"type": "str", "no_log": True},
+    "secret_file": {"type": "path"},
+    "secret_content": {"type": "str", "no_log": True},
+    "enabled": {"type": "bool"},
+    "systemd_dir": {"type": "path", "default": "/etc/systemd/system"},
+    "state_dir": {"type": "path", "default": "/var/lib/benchmark-cycle"},
+    "engine": {"type": "str", "choices": sorted(ENGINES), "default": "sglang"},
+    "kill_leftovers": {"type": "bool", "default": True},
+    "gpu_check": {"type": "bool", "default": True},
+    "gpu_free_mib": {"type": "int", "default": 2048},
+    "gpu_wait_s": {"type": "int", "default": 60},
+    "gpu_indices": {"type": "list", "elements": "int", "default": []},
+    "stop_timeout": {"type": "int", "default": 300},
+    "command_timeout": {"type": "int", "default": 60},
+    "sweep_tag": {"type": "str"},
+    "fire_after": {"type": "int"},
+    "switch_action": {"type": "str", "choices": ["start", "restart"], "default": "start"},
+    "invocation_id": {"type": "str"},
+}
+REQUIRED_IF = [("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]), ("state", "armed", ["fire_after"])]
+
+
+def problem(p: dict[str, Any]) -> str:
+    """The first parameter the unit cannot take, named with the fix; "" when all are sound."""
     if p["state"] == "present" and p["env_file"] and p["env_content"] is None:
-        module.fail_json(msg="env_content is required with env_file for state=present (the environment file's text)")
+        return "env_content is required with env_file for state=present (the environment file's text)"
     for key in ("gpu_free_mib", "gpu_wait_s"):
         if p[key] < 0:
-            module.fail_json(msg="%s must be >= 0, got %d" % (key, p[key]))
+            return "%s must be >= 0, got %d" % (key, p[key])
     for key in ("stop_timeout", "command_timeout"):
         if not 1 <= p[key] <= 86400:
-            module.fail_json(msg="%s must be 1-86400 seconds, got %d" % (key, p[key]))
+            return "%s must be 1-86400 seconds, got %d" % (key, p[key])
+    return ""
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
+    p = module.params
+    if problem(p):
+        module.fail_json(msg=problem(p))
 
     def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         return host_run(argv, timeout or p["command_timeout"])
