@@ -84,6 +84,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bc_host import write_atomic
 from ansible.module_utils.bc_report import history_line, plot, previous_run, read_history, render
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
@@ -105,18 +106,18 @@ def load(module: AnsibleModule, path: str) -> dict:
     return data
 
 
+SPEC = {
+    "result": {"type": "path", "required": True},
+    "host": {"type": "str", "required": True},
+    "stamp": {"type": "str", "required": True},
+    "history": {"type": "path", "required": True},
+    "plot": {"type": "bool", "default": True},
+    "gpu_health": {"type": "dict", "default": {}},
+}
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "result": {"type": "path", "required": True},
-            "host": {"type": "str", "required": True},
-            "stamp": {"type": "str", "required": True},
-            "history": {"type": "path", "required": True},
-            "plot": {"type": "bool", "default": True},
-            "gpu_health": {"type": "dict", "default": {}},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
     for key in ("host", "stamp"):  # both become file names on the controller
         if not SAFE_NAME.match(p[key]):
@@ -135,8 +136,7 @@ def main() -> None:
         module.fail_json(msg="cannot render the report of %s: the result lacks %s" % (p["result"], err))
     if module.check_mode:
         module.exit_json(changed=True, report=report_path, previous=prev and prev["stamp"], knee_m=primary.get("knee_m"))
-    with open(report_path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    write_atomic(report_path, text)
     # the history line first: a plot that fails (no matplotlib, a full disk) must not lose it
     os.makedirs(os.path.dirname(p["history"]) or ".", exist_ok=True)
     with open(p["history"], "a", encoding="utf-8") as fh:
