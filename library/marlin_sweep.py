@@ -578,12 +578,14 @@ def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> di
     """Per backend, "" when it imports in `python` (the kernels' own imports, bc_marlin.import_errors,
     run there from the staged worker), else why not."""
     stage = tempfile.mkdtemp(prefix="bc-sweep-check-")
-    # the code on stdin, not the command line: a process that names the worker there is a sweep (to the
+    # the worker's name on stdin, not the command line: a process that names it there is a sweep (to the
     # orphan check, the dead-man switch and an operator's pgrep), and this one is not
-    code = "import json\nfrom %s import import_errors\nprint(json.dumps(import_errors(%r)))\n" % (SWEEP_MODULE, backends)
+    code = ("import importlib, json, sys; m = importlib.import_module(sys.stdin.readline().strip()); "
+            "print(json.dumps(m.import_errors(json.loads(sys.stdin.readline()))))")
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
-        rc, out, err = host_run([python, "-"], max(60, module.params["command_timeout"]), stdin=code, env=env, cwd=stage)
+        rc, out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]),
+                                stdin="%s\n%s\n" % (SWEEP_MODULE, json.dumps(backends)), env=env, cwd=stage)
     except CommandError as exc:
         return dict.fromkeys(backends, str(exc))
     finally:
