@@ -21,29 +21,21 @@ import ansible.module_utils
 
 # the project's shared code under its one import path (see filter_plugins/bc_filters.py)
 ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
-from ansible.module_utils.bc_sweepstats import backend_ratios, knee, series_compare  # noqa: E402
-
-
-def series(res: dict[str, Any]) -> list[dict[str, Any]]:
-    return res.get("series") or [{"backend": res["backend"], "routing": "uniform", "points": res["points"]}]
+from ansible.module_utils.bc_sweepstats import knee, ratios, series_compare  # noqa: E402
+from ansible.module_utils.bc_sweepstats import series_of as series  # noqa: E402
 
 
 def one_run(res: dict[str, Any]) -> None:
     runs = series(res)
     first = runs[0]["backend"]
     print("| routing | backend | M | ms | / %s |\n|---|---|---:|---:|---:|" % first)
-    for row in backend_ratios(runs, first):
+    for row in ratios(runs, "backend", first):
         print("| %s | %s | %d | %.4f | %.3f |" % (row["routing"], row["backend"], row["m"], row["ms"], row["ratio"]))
     routings = list(dict.fromkeys(r["routing"] for r in runs))
     if len(routings) > 1:
         print("\n| backend | routing | M | ms | / %s |\n|---|---|---:|---:|---:|" % routings[0])
-        base = {(r["backend"], p["m"]): p["ms"] for r in runs if r["routing"] == routings[0] for p in r["points"]}
-        for r in runs:
-            if r["routing"] != routings[0]:
-                for p in r["points"]:
-                    if base.get((r["backend"], p["m"])):
-                        print("| %s | %s | %d | %.4f | %.3f |" % (r["backend"], r["routing"], p["m"], p["ms"],
-                                                                 p["ms"] / base[(r["backend"], p["m"])]))
+        for row in ratios(runs, "routing", routings[0]):
+            print("| %s | %s | %d | %.4f | %.3f |" % (row["backend"], row["routing"], row["m"], row["ms"], row["ratio"]))
 
 
 def two_runs(old: dict[str, Any], new: dict[str, Any], fidelity: bool) -> int:

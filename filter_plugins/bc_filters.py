@@ -110,12 +110,17 @@ def systemd_quote(args: list[str]) -> str:
     return " ".join(out)
 
 
+def _items(value: Any) -> list[Any]:
+    """The items of a list, of a comma-separated string (AWX survey answers arrive as strings), or
+    a single value."""
+    return value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+
+
 def int_list(value: Any, name: str = "value") -> list[int]:
-    """A list of positive ints from a list, an int or a comma-separated string (AWX survey answers
-    arrive as strings); anything else is an error naming `name`."""
-    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    """A list of positive ints from a list, an int or a comma-separated string; anything else is an
+    error naming `name`."""
     out = []
-    for item in items:
+    for item in _items(value):
         try:
             number = int(str(item).strip())
         except ValueError:
@@ -131,8 +136,7 @@ def int_list(value: Any, name: str = "value") -> list[int]:
 def name_list(value: Any, name: str = "value") -> list[str]:
     """A list of names from a list or a comma-separated string (AWX survey answers arrive as
     strings), each once and in order; an empty one is an error naming `name`."""
-    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
-    out = [str(item).strip() for item in items if str(item).strip()]
+    out = [str(item).strip() for item in _items(value) if str(item).strip()]
     if not out:
         raise ValueError("%s is empty: give e.g. sglang,triton,torch or [sglang, triton, torch]" % name)
     return list(dict.fromkeys(out))
@@ -288,10 +292,15 @@ def settings_problems(v: dict[str, Any]) -> list[str]:
     return problems
 
 
-def effective(contract: dict[str, dict[str, Any]], given: Any) -> dict[str, Any]:
+def given(hostvars: Any) -> dict[str, Any]:
+    """The bc_* settings a host was given (inventory, AWX, -e), from its hostvars, in one pass."""
+    return {name: hostvars[name] for name in hostvars if str(name).startswith("bc_")}
+
+
+def effective(contract: dict[str, dict[str, Any]], values: Any) -> dict[str, Any]:
     """Every setting of the contract (vars/contract.yml): the value given (inventory, AWX, -e), else
     its default, else None (a required one, or one derived from another in vars/cycle.yml)."""
-    return {name: given[name] if name in given else spec.get("default") for name, spec in contract.items()}
+    return {name: values[name] if name in values else spec.get("default") for name, spec in contract.items()}
 
 
 def preflight(plans: list[dict[str, Any]]) -> dict[str, Any]:
@@ -340,7 +349,7 @@ class FilterModule:
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
-            "bc_settings_problems": settings_problems, "bc_effective": effective,
+            "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile,
         }

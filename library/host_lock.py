@@ -215,8 +215,9 @@ def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
     path = p["path"]
-    if problem(p):
-        module.fail_json(msg=problem(p))
+    bad = problem(p)
+    if bad:
+        module.fail_json(msg=bad)
     if p["state"] == "absent":
         holder = read_owner(path) if os.path.isdir(path) else {}
         mine = holder.get("token") == p["token"]

@@ -376,8 +376,9 @@ def problem(p: dict[str, Any]) -> str:
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
     p = module.params
-    if problem(p):
-        module.fail_json(msg=problem(p))
+    bad = problem(p)
+    if bad:
+        module.fail_json(msg=bad)
 
     def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         return host_run(argv, timeout or p["command_timeout"])

@@ -67,16 +67,11 @@ def import_errors(names: list[str]) -> dict[str, str]:
 
 
 def available(name: str, cuda: bool) -> tuple[bool, str]:
-    """Whether a backend can run here, and why not."""
-    if name == "torch":
-        return True, ""
-    if not cuda:
+    """Whether a backend can run here, and why not (its imports, as the preflight checks them)."""
+    if name != "torch" and not cuda:
         return False, "backend %s needs a CUDA GPU; none is visible to torch here" % name
-    try:
-        KERNELS[name].imports()
-    except Exception as err:
-        return False, "%s: %s" % (type(err).__name__, err)
-    return True, ""
+    why = import_errors([name])[name]
+    return not why, why
 
 
 class Weights:

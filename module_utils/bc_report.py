@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ansible.module_utils.bc_sweepstats import cell, merge_reference, sweep_compare, sweep_table
+from ansible.module_utils.bc_sweepstats import cell, merge_reference, series_of, sweep_compare, sweep_table
 
 
 def shape_key(result: dict[str, Any]) -> str:
@@ -64,14 +64,6 @@ def history_line(host: str, stamp: str, result: dict[str, Any], report: str,
                    for r in series_of(result)],
         "gpu_health": health_summary(health),
     }
-
-
-def series_of(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every (backend, routing) series of a result; a result of one backend (before multi-backend
-    sweeps) is one uniform series."""
-    if result.get("series"):
-        return result["series"]
-    return [{"backend": result["backend"], "routing": "uniform", "impl": result.get("impl", ""), "points": result["points"]}]
 
 
 def plot(path: str, title: str, result: dict[str, Any]) -> None:

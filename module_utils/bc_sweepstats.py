@@ -341,12 +341,22 @@ def series_compare(current: list[dict[str, Any]], previous: list[dict[str, Any]]
     return out
 
 
-def backend_ratios(series: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
-    """Within one run: per routing and M, each backend's time over `baseline`'s (above 1 is slower)."""
-    base = {(r["routing"], p["m"]): p["ms"] for r in series if r["backend"] == baseline for p in r["points"]}
+def series_of(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (backend, routing) series of a result; a result of one backend (before multi-backend
+    sweeps) is one uniform series."""
+    if result.get("series"):
+        return result["series"]
+    return [{"backend": result["backend"], "routing": "uniform", "impl": result.get("impl", ""), "points": result["points"]}]
+
+
+def ratios(series: list[dict[str, Any]], axis: str, baseline: str) -> list[dict[str, Any]]:
+    """Within one run, along `axis` ("backend" or "routing"): per M and the other axis's value, each
+    series' time over the `baseline` series' (above 1 is slower)."""
+    other = "routing" if axis == "backend" else "backend"
+    base = {(r[other], p["m"]): p["ms"] for r in series if r[axis] == baseline for p in r["points"]}
     return [{"routing": r["routing"], "backend": r["backend"], "m": p["m"], "ms": p["ms"],
-             "ratio": round(p["ms"] / base[(r["routing"], p["m"])], 4)}
-            for r in series if r["backend"] != baseline for p in r["points"] if base.get((r["routing"], p["m"]))]
+             "ratio": round(p["ms"] / base[(r[other], p["m"])], 4)}
+            for r in series if r[axis] != baseline for p in r["points"] if base.get((r[other], p["m"]))]
 
 
 def cell(value: Any) -> str:
