@@ -19,30 +19,25 @@ _MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 if _MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MODULE_UTILS)
 
+from ansible.module_utils.bc_contract import CONTROL, ENV_NAME, POSIX_NAME, installed_key, int_list, name_list, unit_name
+from ansible.module_utils.bc_contract import key_problem as _key_problem
+from ansible.module_utils.bc_contract import problems as _problems
 from ansible.module_utils.bc_engines import profile
-from ansible.module_utils.bc_export import finite_number as _number
 from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_health import reload_line
 from ansible.module_utils.bc_host import redact as _redact
 from ansible.module_utils.bc_host import vmstat
-from ansible.module_utils.bc_strategy import POLICIES, choose
+from ansible.module_utils.bc_strategy import choose
+from ansible.module_utils.bc_sweepstats import knee as _knee
 from ansible.module_utils.bc_sweepstats import (
-    BACKENDS,
-    ROUTING_KINDS,
-    backend_list,
     merge_reference,
     per_token,
     roofline,
     sweep_compare,
     sweep_table,
 )
-from ansible.module_utils.bc_sweepstats import knee as _knee
-from ansible.module_utils.bc_unit import UnitError, check_name
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}[$]?\Z")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
-CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def sweep_knee(points: list[dict[str, Any]], num_experts: int | None = None, tolerance: float = 0.10) -> dict[str, Any]:
@@ -108,48 +103,6 @@ def systemd_quote(args: list[str]) -> str:
             a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
         out.append(a)
     return " ".join(out)
-
-
-def _items(value: Any) -> list[Any]:
-    """The items of a list, of a comma-separated string (AWX survey answers arrive as strings), or
-    a single value."""
-    return value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
-
-
-def int_list(value: Any, name: str = "value") -> list[int]:
-    """A list of positive ints from a list, an int or a comma-separated string; anything else is an
-    error naming `name`."""
-    out = []
-    for item in _items(value):
-        try:
-            number = int(str(item).strip())
-        except ValueError:
-            raise ValueError("%s: %r is not a whole number (give e.g. 1,2,4 or [1, 2, 4])" % (name, item)) from None
-        if number < 1:
-            raise ValueError("%s: %d is not positive" % (name, number))
-        out.append(number)
-    if not out:
-        raise ValueError("%s is empty" % name)
-    return out
-
-
-def name_list(value: Any, name: str = "value") -> list[str]:
-    """A list of names from a list or a comma-separated string (AWX survey answers arrive as
-    strings), each once and in order; an empty one is an error naming `name`."""
-    out = [str(item).strip() for item in _items(value) if str(item).strip()]
-    if not out:
-        raise ValueError("%s is empty: give e.g. sglang,triton,torch or [sglang, triton, torch]" % name)
-    return list(dict.fromkeys(out))
-
-
-def unit_name_problem(name: str, field: str = "bc_unit") -> str:
-    """'' for a valid systemd unit name, else the error (the rule is bc_unit.check_name's, the
-    module's own, so that the preflight refuses exactly what inference_unit would)."""
-    try:
-        check_name(str(name), field)
-    except UnitError as err:
-        return str(err)
-    return ""
 
 
 def oom_kills_since(text: str, before: Any) -> int:
@@ -221,75 +174,17 @@ def posix_name(name: Any, field: str) -> str:
     return text
 
 
-def settings_problems(v: dict[str, Any]) -> list[str]:
-    """Every problem of the cycle's settings, each naming the bc_* variable and the fix; [] when
-    all are sound. Never quotes a secret's value."""
-    problems = []
-    choices = {"bc_stop_policy": list(POLICIES), "bc_drain_on_deadline": ["abort", "force"],
-               "bc_gpu_health_policy": ["unrouted", "serve"], "bc_gpu_health_dcgm": ["auto", "always", "never"]}
-    for key, allowed in choices.items():
-        if v.get(key) is not None and v[key] not in allowed:
-            problems.append("%s=%s: use one of %s" % (key, v[key], "|".join(allowed)))
-    # (name, minimum, maximum): seconds and counts that must be finite numbers in range
-    ranges = [("bc_readiness_timeout_s", 1, 86400), ("bc_readiness_delay_s", 1, 3600), ("bc_drain_deadline_s", 0, 86400),
-              ("bc_sweep_poll_s", 1, 3600), ("bc_sweep_timeout_s", 1, 7 * 86400), ("bc_port", 1, 65535),
-              ("bc_lock_stale_after_s", 1, 30 * 86400), ("bc_job_budget_s", 0, 30 * 86400), ("bc_sweep_device", 0, 1024),
-              ("bc_stop_timeout_s", 1, 86400), ("bc_switch_margin_s", 0, 86400), ("bc_gpu_health_xid_window_s", 0, 30 * 86400)]
-    for key, low, high in ranges:
-        if v.get(key) is None:
-            continue
-        number = _number(v[key])
-        if number is None or not low <= number <= high:
-            hint = " (0 would detach the sweep: the service would start while it still runs)" if key == "bc_sweep_poll_s" else ""
-            problems.append("%s=%s: give a number from %s to %s%s" % (key, v[key], low, high, hint))
-    if v.get("bc_sweep_backends") is not None:
-        try:
-            asked = name_list(v["bc_sweep_backends"], "bc_sweep_backends")
-            backend_list(asked)
-        except ValueError as err:
-            problems.append("bc_sweep_backends: %s; use a list of %s" % (err, "|".join(("auto", *BACKENDS))))
-    routing = v.get("bc_sweep_routing")
-    if routing is not None:
-        if not isinstance(routing, list) or not routing or not all(isinstance(r, dict) for r in routing):
-            problems.append("bc_sweep_routing must be a list of distributions, e.g. [{kind: uniform}, {kind: zipf, skew: 1.0}]")
-        else:
-            for i, spec in enumerate(routing):
-                if spec.get("kind") not in ROUTING_KINDS:
-                    problems.append("bc_sweep_routing[%d].kind=%s: use one of %s"
-                                    % (i, spec.get("kind"), "|".join(ROUTING_KINDS)))
-    key = v.get("bc_api_key")
-    if key is not None and key != "" and not isinstance(key, str):
-        problems.append("bc_api_key must be a string: quote it in YAML (the value is not shown)")
-    elif key is not None and key != "":
-        if CONTROL.search(key) or key != key.strip() or re.search(r"\s", key):
-            problems.append("bc_api_key holds whitespace or a control character (a trailing newline from a file?): "
-                            "strip it (the value is not shown)")
-    for field in ("bc_service_user", "bc_service_group"):
-        if v.get(field) is not None and not POSIX_NAME.match(str(v[field])):
-            problems.append("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, str(v[field])[:40]))
-    if v.get("bc_unit") is not None:
-        problem = unit_name_problem(v["bc_unit"])
-        if problem:
-            problems.append(problem)
-    if v.get("bc_textfile_dir") and not str(v["bc_textfile_dir"]).startswith("/"):
-        problems.append("bc_textfile_dir=%s: give node_exporter's --collector.textfile.directory, an absolute path"
-                        % v["bc_textfile_dir"])
-    grafana = v.get("bc_grafana_annotation")
-    if grafana:
-        if not isinstance(grafana, dict) or not re.match(r"^https?://[^\s/]+", str(grafana.get("url", ""))):
-            problems.append("bc_grafana_annotation needs url: http(s)://<grafana> and token: <a service account token>")
-        elif not isinstance(grafana.get("token"), str) or not grafana["token"] or re.search(r"\s", grafana["token"]):
-            problems.append("bc_grafana_annotation.token is missing or holds whitespace (the value is not shown)")
-        if isinstance(grafana, dict) and not (isinstance(grafana.get("tags", []), list)
-                                              and all(isinstance(t, str) for t in grafana.get("tags", []))):
-            problems.append("bc_grafana_annotation.tags must be a list of strings, e.g. [ct200, gpu-fleet]")
-    if v.get("bc_results_dir") is not None and not str(v["bc_results_dir"]).startswith("/"):
-        problems.append("bc_results_dir=%s: give an absolute path (under AWX, a volume that outlives the job)" % v["bc_results_dir"])
-    try:
-        env_lines(v.get("bc_engine_env") or {})
-    except ValueError as err:
-        problems.append(str(err))
-    return problems
+def settings_problems(given: dict[str, Any], contract: dict[str, dict[str, Any]]) -> list[str]:
+    """Every problem of the given settings against the contract (module_utils/bc_contract.py), each
+    naming the bc_* variable and the fix; [] when all are sound. Never quotes a secret's value."""
+    return _problems(contract, given)
+
+
+def key_problem(given_key: Any, unit: str, required: Any, env_text: str, secret_text: str, engine: str, files: str) -> str:
+    """'' when the cycle may go on with this API key; else why not, from the key the installed unit
+    has today (its environment and secrets files, read from the host)."""
+    have = installed_key(engine, env_text, secret_text)
+    return _key_problem(unit, str(given_key or ""), str(required).lower() not in ("false", "no", "0"), have, files)
 
 
 def given(hostvars: Any) -> dict[str, Any]:
@@ -345,7 +240,7 @@ class FilterModule:
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
             "bc_name_list": name_list,
             "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
-            "bc_unit_name_problem": unit_name_problem,
+            "bc_unit_name": unit_name, "bc_key_problem": key_problem, "bc_installed_key": installed_key,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,

@@ -49,6 +49,13 @@ options:
     type: str
     choices: [pre, post]
     default: pre
+  expect:
+    description:
+      - The GPUs an earlier check saw (their UUIDs, from RV(gpus)); one that nvidia-smi no longer lists is a problem
+        (a GPU that fell off the bus). O(devices) that nvidia-smi does not list are problems too.
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: marlin_sweep
     description: >-
@@ -175,7 +182,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_gpuhealth import RULES, dcgm_failures, judge, parse_smi_xml, xid_events
+from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, rules_problems, xid_events
 from ansible.module_utils.bc_host import CommandError, check_timeout
 from ansible.module_utils.bc_host import run as host_run
 
@@ -234,6 +241,7 @@ SPEC: dict[str, Any] = {
     "rules": {"type": "dict", "default": {}},
     "command_timeout": {"type": "float", "default": 120},
     "phase": {"type": "str", "choices": ["pre", "post"], "default": "pre"},
+    "expect": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -267,9 +275,9 @@ def main() -> None:
         check_timeout(p["command_timeout"], "command_timeout", 3600)
     except ValueError as err:
         module.fail_json(msg=str(err))
-    unknown = sorted(set(p["rules"]) - set(RULES))
-    if unknown:
-        module.fail_json(msg="rules: unknown reading(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(RULES))))
+    bad = rules_problems(p["rules"])
+    if bad:
+        module.fail_json(msg="rules: " + "; ".join(bad))
     now = time.time()
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
@@ -288,7 +296,7 @@ def main() -> None:
         gpus = [g for g in gpus if g["index"] in p["devices"]]
     xids, source = kernel_log(module, p["since"] or (now - p["within_s"] if p["within_s"] > 0 else 0), p["command_timeout"])
     dcgm = dcgm_diag(module)
-    verdict = judge(gpus, xids, dcgm["failed"], p["rules"], p["phase"])
+    verdict = judge(gpus, xids, dcgm["failed"], p["rules"], p["phase"], p["expect"] + [str(i) for i in p["devices"]])
     if dcgm["why"] and p["dcgm"] == "auto":
         verdict["warnings"].append("DCGM diagnostic not run: %s" % dcgm["why"])
     verdict["concerns"] = verdict.pop("warnings")  # `warnings` is Ansible's own key: it would be taken out of the result

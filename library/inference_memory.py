@@ -41,6 +41,14 @@ options:
     type: int
     default: 0
   device: {description: The GPU the sweep runs on., type: int, default: 0}
+  expect_mib:
+    description:
+      - With O(state=resumed), the MiB the release freed on O(device) (its RV(freed_mib)). The resume is believed only
+        once the server has taken at least half of it back (read from nvidia-smi within O(gpu_wait_s)); a resume
+        that answers 200 and gives nothing back fails with RV(server_state=unknown), and the caller restarts it.
+      - 0 checks nothing (no release was measured).
+    type: int
+    default: 0
   gpu_wait_s: {description: Seconds to wait for the freed memory to show in nvidia-smi., type: float, default: 10}
   idle_wait_s: {description: Seconds to wait for the scheduler to be idle after the pause., type: float, default: 10}
   command_timeout: {description: Seconds each nvidia-smi call may take., type: float, default: 30}
@@ -136,15 +144,25 @@ need_mib:
   type: int
   sample: 10465
 free_mib_before:
-  description: Free MiB on the device before the release (null without nvidia-smi).
-  returned: state=released, except in check mode
+  description: Free MiB on the device before the release, or before the resume with O(expect_mib) (null without nvidia-smi).
+  returned: state=released or resumed, except in check mode
   type: int
   sample: 6037
 free_mib_after:
   description: Free MiB on the device after it, polled for up to O(gpu_wait_s) (null without nvidia-smi).
-  returned: state=released, except in check mode
+  returned: state=released, or resumed with O(expect_mib), except in check mode
   type: int
   sample: 138547
+taken_mib:
+  description: With O(state=resumed) and O(expect_mib), the MiB the server took back on the device after the resume, measured.
+  returned: state=resumed, except in check mode
+  type: int
+  sample: 131870
+expect_mib:
+  description: With O(state=resumed), what the release had freed (O(expect_mib)); 0 when nothing was checked.
+  returned: state=resumed, except in check mode
+  type: int
+  sample: 132510
 freed_mib:
   description: What the release freed on the device, measured (null without nvidia-smi).
   returned: state=released, except in check mode
@@ -222,6 +240,37 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
     return out
 
 
+def resumed(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, Any]:
+    """Resume, then read back what the server took: a resume is believed by the memory it gave back
+    (at least half of what the release freed), never by its 200 alone."""
+    p = module.params
+    expect = p["expect_mib"]
+    try:
+        before = free_mib(module, smi) if expect > 0 else None
+    except CommandError:
+        before = None
+    rel.resume()
+    out: dict[str, Any] = {"server_state": "serving", "expect_mib": expect, "free_mib_before": before, "taken_mib": None}
+    if expect <= 0:
+        return out
+    if before is None:
+        raise ReleaseError("the resume answered, but GPU %d's memory cannot be read (%s): what it gave back is unknown"
+                           % (p["device"], "no nvidia-smi" if smi is None else "nvidia-smi failed"), "unknown")
+    deadline = time.monotonic() + p["gpu_wait_s"]
+    try:
+        after = free_mib(module, smi)
+        while after is not None and before - after < expect / 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            after = free_mib(module, smi)
+    except CommandError as err:
+        raise ReleaseError("after the resume: %s; what it gave back is unknown" % err, "unknown") from None
+    out.update(free_mib_after=after, taken_mib=None if after is None else before - after)
+    if after is None or before - after < expect / 2:
+        raise ReleaseError("the resume answered 200 but the server took back %s MiB on GPU %d of the %d MiB the release "
+                           "freed: its memory did not come back" % (out["taken_mib"], p["device"], expect), "unknown")
+    return out
+
+
 SPEC: dict[str, Any] = {
     "url": {"type": "str", "required": True},
     "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
@@ -232,6 +281,7 @@ SPEC: dict[str, Any] = {
     "timeout": {"type": "float", "default": 30},
     "need_mib": {"type": "int", "default": 0},
     "device": {"type": "int", "default": 0},
+    "expect_mib": {"type": "int", "default": 0},
     "gpu_wait_s": {"type": "float", "default": 10},
     "idle_wait_s": {"type": "float", "default": 10},
     "command_timeout": {"type": "float", "default": 30},
@@ -245,8 +295,9 @@ def checked(p: dict[str, Any]) -> tuple[dict[str, Any], str]:
     for key in ("gpu_wait_s", "idle_wait_s"):
         if p[key] < 0 or p[key] > 3600:
             raise ValueError("%s must be 0-3600 seconds, got %r" % (key, p[key]))
-    if p["need_mib"] < 0 or p["device"] < 0:
-        raise ValueError("need_mib and device must be >= 0, got %d and %d" % (p["need_mib"], p["device"]))
+    for key in ("need_mib", "device", "expect_mib"):
+        if p[key] < 0:
+            raise ValueError("%s must be >= 0, got %d" % (key, p[key]))
     return resolve(p["engine"], p["engine_version"])
 
 
@@ -282,8 +333,7 @@ def main() -> None:
         if p["state"] == "released":
             result = released(module, rel, module.get_bin_path("nvidia-smi"))
         else:
-            rel.resume()
-            result = {"server_state": "serving"}
+            result = resumed(module, rel, module.get_bin_path("nvidia-smi"))
     except ReleaseError as err:
         module.fail_json(msg="%s: %s" % (base, redact(str(err), [p["api_key"] or ""])), server_state=err.state,
                          steps=rel.steps)

@@ -12,6 +12,7 @@ nvidia-smi of the lent H200 (driver 580.159.04: tests/unit/fixtures/h200/nvidia-
 from __future__ import annotations
 
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -39,7 +40,43 @@ RULES: dict[str, dict[str, Any]] = {
     "dcgm_failed": {"max": [], "level": "fail", "why": "DCGM diagnostic (dcgmi diag -r 1) failed"},
 }
 
-XID_LINE = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
+# NVIDIA's XID catalogue documents the line with and without "PCI:" before the address
+# (`NVRM: Xid (PCI:0000:3b:00): 79, pid=...` and `NVRM: Xid (0000:3b:00): 79, ...`)
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\):?\s*"
+                      r"(?P<xid>\d+)(?:,\s*(?P<rest>.*))?")
+# readings a healthy GPU reports; one that is missing or N/A is unknown, and a GPU with none of them known
+# gave no readings at all (a failing driver or a GPU falling off the bus): never read as healthy
+KNOWN_READINGS = ("temperature_c", "ecc_uncorrectable_volatile", "persistence_mode")
+RULE_KEYS = {"max", "level"}
+
+
+def rules_problems(overrides: Any) -> list[str]:
+    """Problems of rule overrides ({reading: {max, level}}), each naming the reading and the fix: an
+    unknown reading or key, a level other than fail/warn, a limit of another type than the rule's."""
+    if not isinstance(overrides, dict):
+        return ["rules must be a mapping of reading: {max, level}, e.g. {temperature_c: {max: 80}}"]
+    out = []
+    for key, change in overrides.items():
+        if key not in RULES:
+            out.append("%s: no such reading; the readings are %s" % (key, ", ".join(sorted(RULES))))
+            continue
+        if not isinstance(change, dict):
+            out.append("%s must be a mapping, e.g. {max: 80, level: warn}" % key)
+            continue
+        unknown = sorted(map(str, set(change) - RULE_KEYS))
+        if unknown:
+            out.append("%s: unknown key(s) %s; a rule takes max and level" % (key, ", ".join(unknown)))
+        if "level" in change and change["level"] not in ("fail", "warn"):
+            out.append("%s.level=%s: use fail or warn" % (key, str(change["level"])[:40]))
+        if "max" in change:
+            limit, kind = change["max"], type(RULES[key]["max"])
+            if kind in (bool, list):
+                ok = isinstance(limit, kind)
+            else:
+                ok = isinstance(limit, (int, float)) and not isinstance(limit, bool) and math.isfinite(limit)
+            if not ok:
+                out.append("%s.max=%s: give %s" % (key, str(limit)[:40], {bool: "true or false", list: "a list"}.get(kind, "a number")))
+    return out
 
 
 def _text(node: ET.Element | None, path: str) -> str:
@@ -79,14 +116,19 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
         for child in reasons if reasons is not None else []:
             if (child.text or "").strip() == "Active":
                 active.append(re.sub(r"^clocks?_(?:event|throttle)_reasons?_", "", child.tag))
+        persistence = _text(gpu, "persistence_mode")
+        readings = {"temperature_c": _int(_text(gpu, "temperature/gpu_temp")),
+                    "ecc_uncorrectable_volatile": _uncorrectable(gpu.find("ecc_errors/volatile")),
+                    "persistence_mode": persistence if persistence in ("Enabled", "Disabled") else None}
         gpus.append({
+            "unknown": [k for k in KNOWN_READINGS if readings[k] is None],
             "index": _int(_text(gpu, "minor_number")),
             "uuid": _text(gpu, "uuid"),
             "name": _text(gpu, "product_name"),
             "pci": gpu.get("id", ""),
             "persistence_off": _text(gpu, "persistence_mode") == "Disabled",
-            "temperature_c": _int(_text(gpu, "temperature/gpu_temp")),
-            "ecc_uncorrectable_volatile": _uncorrectable(gpu.find("ecc_errors/volatile")),
+            "temperature_c": readings["temperature_c"],
+            "ecc_uncorrectable_volatile": readings["ecc_uncorrectable_volatile"],
             "ecc_uncorrectable_aggregate": _uncorrectable(gpu.find("ecc_errors/aggregate")),
             "retired_pages_pending": _text(gpu, "retired_pages/pending_retirement") == "Yes",
             "remapped_rows_pending": _text(gpu, "remapped_rows/remapped_row_pending") == "Yes",
@@ -154,9 +196,11 @@ POST_SWEEP = {"temperature_c": {"level": "warn"}, "throttle": {"level": "warn"}}
 
 
 def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: list[str] | None,
-          overrides: dict[str, Any] | None = None, phase: str = "pre") -> dict[str, Any]:
+          overrides: dict[str, Any] | None = None, phase: str = "pre", expect: list[str] | None = None) -> dict[str, Any]:
     """Problems (fail) and warnings, each naming the GPU, the reading and its value. `xids` None:
-    the kernel log could not be read (said, not failed); `dcgm` None: not run."""
+    the kernel log could not be read (said, not failed); `dcgm` None: not run. `expect`: the UUIDs
+    (or indices, as text) an earlier check saw; one that is gone now fails (it fell off the bus).
+    A reading that is missing or N/A is a concern; a GPU with none of its readings fails."""
     base = {k: dict(v, **(POST_SWEEP.get(k, {}) if phase == "post" else {})) for k, v in RULES.items()}
     rules = {k: dict(v, **((overrides or {}).get(k) or {})) for k, v in base.items()}
     problems: list[str] = []
@@ -165,6 +209,13 @@ def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: l
         gpu["xid"] = sorted({e["xid"] for e in xids or [] if _same_pci(gpu["pci"], e["pci"])})
         gpu["problems"] = []
         name = "GPU %s (%s, %s)" % (gpu["index"], gpu["name"], gpu["uuid"] or gpu["pci"])
+        unknown = gpu.get("unknown") or []
+        if len(unknown) == len(KNOWN_READINGS):
+            problems.append("%s: no readings (%s all missing or N/A): a GPU that reports nothing is not known to be healthy"
+                            % (name, ", ".join(KNOWN_READINGS)))
+            gpu["problems"].append("no_readings")
+        elif unknown:
+            warnings.append("%s: %s unknown (missing or N/A in nvidia-smi -q -x): not judged" % (name, ", ".join(unknown)))
         for key, rule in rules.items():
             value = gpu.get(key)
             if key == "xid":
@@ -182,6 +233,11 @@ def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: l
                                             rule["why"], "" if isinstance(rule["max"], (bool, list)) else "; limit %s" % rule["max"])
                 (problems if rule["level"] == "fail" else warnings).append(text)
                 gpu["problems"].append(key)
+    seen = {str(g.get("uuid") or "") for g in gpus} | {str(g.get("index")) for g in gpus}
+    for gone in [e for e in expect or [] if str(e) not in seen]:
+        problems.append("GPU %s was there before the sweep and is gone now (fell off the bus? see the kernel log)" % gone)
+    if not gpus:
+        problems.append("no GPU to judge: nvidia-smi listed none of the GPUs asked for")
     unmatched = [e for e in xids or [] if not any(_same_pci(g["pci"], e["pci"]) for g in gpus)]
     for event in unmatched:
         problems.append("XID %d on PCI %s (no GPU nvidia-smi lists): %s" % (event["xid"], event["pci"], event["line"]))

@@ -33,11 +33,13 @@ def test_survey_covers_what_operators_choose():
                          "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break", "bc_gpu_health_policy", "bc_gpu_health_dcgm"}
     # what a bad day needs: every answer the survey offers passes the preflight's own check
     from bc_filters import settings_problems
+    contract = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
+    site = {"bc_lb_required": False}
     for q in survey["spec"]:
         for choice in q.get("choices", []):
-            assert settings_problems({q["variable"]: choice}) == [], (q["variable"], choice)
-    assert settings_problems({"bc_gpu_health_policy": "keep_stopped"}) == [
-        "bc_gpu_health_policy=keep_stopped: use one of unrouted|serve"]
+            assert settings_problems(dict(site, **{q["variable"]: choice}), contract) == [], (q["variable"], choice)
+    assert settings_problems(dict(site, bc_gpu_health_policy="keep_stopped"), contract) == [
+        "value of bc_gpu_health_policy must be one of: unrouted, serve, got: keep_stopped"]
     cycle_vars = (ROOT / "playbooks/vars/cycle.yml").read_text()
     assert all(v in cycle_vars for v in variables)  # every answer is a known bc_* variable
     budget = next(q for q in survey["spec"] if q["variable"] == "bc_readiness_timeout_s")

@@ -10,7 +10,6 @@ from bc_filters import (
     oom_kills_since,
     reload_line,
     systemd_quote,
-    unit_name_problem,
 )
 
 F = FilterModule().filters()
@@ -120,6 +119,6 @@ def test_oom_kills_since_reads_proc_vmstat():
     assert oom_kills_since("pgfault 1\n", 3) == 0  # a kernel without the counter
 
 
-def test_unit_name_problem_names_the_inventory_variable():
-    assert unit_name_problem("sglang-k26-ddtree") == ""
-    assert unit_name_problem("llama-lab;touch /tmp/x").startswith("bc_unit=llama-lab;touch /tmp/x is not a systemd unit name")
+def test_the_unit_is_one_name_with_or_without_service():
+    assert F["bc_unit_name"]("sglang-k26-ddtree") == "sglang-k26-ddtree"
+    assert F["bc_unit_name"]("sglang-k26-ddtree.service") == "sglang-k26-ddtree"

@@ -169,7 +169,50 @@ def test_dcgm_that_cannot_reach_its_host_engine_is_a_concern_unless_required(tmp
 
 def test_the_module_refuses_an_unknown_rule(tmp_path):
     r = module_with(tmp_path, H200, {"rules": {"temprature_c": {"max": 80}}})
-    assert r["_status"] == "FAILED!" and "unknown reading(s) temprature_c" in r["msg"]
+    assert r["_status"] == "FAILED!" and "temprature_c: no such reading" in r["msg"]
+
+
+@pytest.mark.parametrize(("rules", "message"), [
+    ({"temperature_c": {"max": "hot"}}, "temperature_c.max=hot: give a number"),
+    ({"temperature_c": 80}, "temperature_c must be a mapping"),
+    ({"xid": {"max": 3}}, "xid.max=3: give a list"),
+    ({"temperature_c": {"level": "panic"}}, "temperature_c.level=panic: use fail or warn"),
+    ({"temperature_c": {"maximum": 80}}, "temperature_c: unknown key(s) maximum"),
+])
+def test_a_bad_rule_is_refused_naming_the_field_not_with_an_exception(tmp_path, rules, message):
+    r = module_with(tmp_path, H200, {"rules": rules})
+    assert r["_status"] == "FAILED!" and message in r["msg"] and "Traceback" not in json.dumps(r), r
+
+
+def test_a_gpu_with_no_readings_fails_and_an_unknown_reading_is_a_concern():
+    bare = faulty("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>N/A</gpu_temp>")
+    verdict = judge(parse_smi_xml(bare), [], [])
+    assert verdict["healthy"] and any("temperature_c unknown" in w for w in verdict["warnings"]), verdict
+    none = faulty("<persistence_mode>Enabled</persistence_mode>", "<persistence_mode>N/A</persistence_mode>", bare)
+    none = none.replace("<volatile>", "<volatile_gone>").replace("</volatile>", "</volatile_gone>")
+    verdict = judge(parse_smi_xml(none), [], [])
+    assert not verdict["healthy"] and any("no readings" in p for p in verdict["problems"]), verdict
+
+
+def test_a_gpu_that_vanished_since_the_first_check_fails():
+    gpus = parse_smi_xml(H200)
+    assert judge(gpus, [], [], phase="post", expect=[gpus[0]["uuid"]])["healthy"]
+    gone = judge(gpus, [], [], phase="post", expect=[gpus[0]["uuid"], "GPU-0000-gone"])
+    assert not gone["healthy"] and any("GPU-0000-gone was there before the sweep and is gone" in p for p in gone["problems"])
+    assert not judge([], [], [], phase="post", expect=[gpus[0]["uuid"]])["healthy"]
+
+
+@pytest.mark.parametrize("line", [
+    "[ 1234.5] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, GPU has fallen off the bus.",
+    "kernel: NVRM: Xid (0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    "NVRM: Xid (PCI:0000:00:06.0): 48, pid=77, An uncorrectable double bit error",
+    "NVRM: Xid (0000:00:06.0): 119, pid=1, Timeout after 6s of waiting for RPC response",
+])
+def test_xids_are_read_in_every_documented_format(line):
+    events = xid_events(line)
+    assert len(events) == 1 and events[0]["xid"] in (79, 48, 119), events
+    verdict = judge(parse_smi_xml(H200), events, [])
+    assert not verdict["healthy"] and any("xid=" in p for p in verdict["problems"]), verdict
 
 
 def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):

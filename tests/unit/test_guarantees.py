@@ -10,10 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from bc_filters import cycle_budget, env_lines, redact, safe_name, settings_problems
 from test_modules_adhoc import adhoc
 
 KEY = "sk-bc-test-7f3a9c1e"
+CONTRACT = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks/vars/contract.yml").read_text())["bc_contract"]
+# a site with no router, said explicitly (the contract refuses hooks that are merely absent)
+SITE = {"bc_lb_required": False}
 
 
 @pytest.mark.parametrize("text", [
@@ -49,25 +53,26 @@ def test_env_lines_refuse_what_would_inject_a_line(env, message):
     ({"bc_api_key": KEY + "\n"}, "bc_api_key holds whitespace or a control character"),
     ({"bc_sweep_poll_s": 0}, "bc_sweep_poll_s=0: give a number from 1 to 3600 (0 would detach the sweep"),
     ({"bc_readiness_timeout_s": math.nan}, "bc_readiness_timeout_s=nan"),
-    ({"bc_readiness_timeout_s": "inf"}, "bc_readiness_timeout_s=inf"),
-    ({"bc_drain_deadline_s": 1e12}, "bc_drain_deadline_s=1000000000000.0"),
+    ({"bc_readiness_timeout_s": "inf"}, "bc_readiness_timeout_s"),
+    ({"bc_readiness_timeout_s": math.inf}, "bc_readiness_timeout_s=inf: not a finite number"),
+    ({"bc_drain_deadline_s": 1e12}, "bc_drain_deadline_s=1000000000000.0: give a number from 0 to 86400"),
     ({"bc_service_user": "root\nExecStartPre=/bin/sh"}, "bc_service_user='root\\nExecStartPre=/bin/sh' is not a user"),
     ({"bc_service_group": "wheel\n"}, "bc_service_group"),
     ({"bc_unit": "llama-lab\n"}, "is not a systemd unit name"),
     ({"bc_unit": "-H"}, "bc_unit=-H is not a systemd unit name"),
     ({"bc_engine_env": {"E\nLD_PRELOAD": 1}}, "is not an environment variable name"),
     ({"bc_results_dir": "results"}, "bc_results_dir=results: give an absolute path"),
-    ({"bc_stop_policy": "sometimes"}, "bc_stop_policy=sometimes: use one of auto|always|never"),
+    ({"bc_stop_policy": "sometimes"}, "value of bc_stop_policy must be one of: auto, always, never, release, got: sometimes"),
 ])
 def test_settings_problems_name_the_field_and_never_the_key(settings, message):
-    problems = settings_problems(settings)
+    problems = settings_problems(dict(SITE, **settings), CONTRACT)
     assert any(message in p for p in problems), problems
     assert not any(KEY in p for p in problems)
 
 
 def test_sound_settings_have_no_problem():
-    assert settings_problems({"bc_api_key": KEY, "bc_sweep_poll_s": 5, "bc_unit": "sglang-k26-ddtree", "bc_service_user": "sglang",
-                              "bc_engine_env": {"SGLANG_CACHE_DIR": "/var/cache/sglang"}, "bc_results_dir": "/srv/results"}) == []
+    assert settings_problems({"bc_api_key": KEY, "bc_lb_required": False, "bc_sweep_poll_s": 5, "bc_unit": "sglang-k26-ddtree", "bc_service_user": "sglang",
+                              "bc_engine_env": {"SGLANG_CACHE_DIR": "/var/cache/sglang"}, "bc_results_dir": "/srv/results"}, CONTRACT) == []
 
 
 @pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden", "-x", "", "x\ny"])
