@@ -22,7 +22,7 @@ if _MODULE_UTILS not in ansible.module_utils.__path__:
 from ansible.module_utils.bc_contract import CONTROL, ENV_NAME, POSIX_NAME, installed_key, int_list, name_list, unit_name
 from ansible.module_utils.bc_contract import key_problem as _key_problem
 from ansible.module_utils.bc_contract import problems as _problems
-from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.bc_engines import flag_for_version, profile
 from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_health import reload_line
 from ansible.module_utils.bc_host import redact as _redact
@@ -43,23 +43,6 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 def sweep_knee(points: list[dict[str, Any]], num_experts: int | None = None, tolerance: float = 0.10) -> dict[str, Any]:
     """{knee_m, plateau_m, plateau_ms} of a sweep's points (see module_utils/bc_sweepstats.knee)."""
     return _knee(points, num_experts, tolerance=tolerance)
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = re.findall(r"\d+", str(version))
-    if not parts:
-        raise ValueError("version %r has no number in it; give e.g. 0.5.10" % version)
-    return tuple(int(x) for x in parts[:4])
-
-
-def flag_for_version(history: list[list[Any]], version: str) -> str | None:
-    """The flag in force at `version` from [[since_version, flag_or_null], ...] (oldest first)."""
-    current: str | None = None
-    want = _version_tuple(version)
-    for since, flag in history:
-        if _version_tuple(since) <= want:
-            current = flag
-    return current
 
 
 def cli_args(settings: dict[str, Any], flags: dict[str, Any], version: str = "0") -> list[str]:

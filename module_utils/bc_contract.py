@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from ansible.module_utils.bc_engines import ENGINES
+from ansible.module_utils.bc_engines import ENGINES, setting_problems
 from ansible.module_utils.bc_gpuhealth import rules_problems
 from ansible.module_utils.bc_host import REDACTED
 from ansible.module_utils.bc_sweepstats import BACKENDS, ROUTING_KINDS, ShapeError, backend_list
@@ -289,6 +289,9 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
                 out.append("bc_engine_env.%s must be one value (a string or a number), not a %s" % (name, type(value).__name__))
             elif CONTROL.search("" if value is None else str(value)):
                 out.append("bc_engine_env.%s holds a control character (a newline?): environment values are one line" % name)
+    settings = v.get("bc_engine_settings")
+    if isinstance(settings, dict) and e.get("bc_engine") in ENGINES and not version_problem(e.get("bc_engine_version")):
+        out.extend(setting_problems(e["bc_engine"], settings, str(e["bc_engine_version"])))
     out.extend(_secret_problems(v, e))
     out.extend(_sweep_problems(v))
     out.extend(_router_problems(v, e))

@@ -270,6 +270,30 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def flag_for_version(history: list[list[Any]], version: str) -> str | None:
+    """The flag in force at `version` from [[since_version, flag_or_null], ...] (oldest first)."""
+    current: str | None = None
+    want = _version(version)
+    for since, flag in history:
+        if _version(since) <= want:
+            current = flag
+    return current
+
+
+def setting_problems(engine: str, settings: dict[str, Any], version: str) -> list[str]:
+    """Each engine setting that `engine` at `version` has no flag for, named with the known ones."""
+    flags = ENGINES[engine]["flags"]
+    out = []
+    for key, value in settings.items():
+        if value is None or value is False or value == "":
+            continue
+        if key not in flags:
+            out.append("bc_engine_settings.%s: %s has no such setting; known: %s" % (key, engine, ", ".join(sorted(flags))))
+        elif isinstance(flags[key], list) and flag_for_version(flags[key], version) is None:
+            out.append("bc_engine_settings.%s is not supported by %s %s" % (key, engine, version))
+    return out
+
+
 def resolve(engine: str, version: str | None = None) -> tuple[dict[str, Any], str]:
     """(profile, note) of `engine` at `version`: the base profile with every change up to that
     version merged in. `note` says which known version was used when `version` is not one."""

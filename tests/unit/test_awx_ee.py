@@ -49,6 +49,24 @@ def test_survey_covers_what_operators_choose():
     assert template["extra_vars"]["bc_job_budget_s"] == "{{ awx_job_timeout_s }}"
 
 
+def test_survey_answers_never_override_the_inventory_unless_the_operator_gave_them():
+    """AWX sends every survey default as an extra var (awx/main/models/mixins.py,
+    SurveyJobTemplateMixin._update_unified_job_kwargs: a question's `default`, when it is not None and
+    passes _survey_element_validation, goes into extra_vars), and extra vars beat the inventory: a host
+    pinned bc_stop_policy: never would get the survey's auto. So no question that has an inventory value
+    has a default, none is required (an unanswered one is not sent), and a text answer must be at least
+    one character (_survey_element_validation refuses a shorter one: an empty answer never reaches the
+    play as "")."""
+    survey = json.loads((ROOT / "awx/survey.json").read_text())
+    for q in survey["spec"]:
+        if q["type"] in ("text", "textarea"):
+            assert int(q.get("min", 0)) >= 1, q["variable"]
+        if q["variable"] == "bc_target":  # the plays' own keyword: no inventory value to override
+            continue
+        assert "default" not in q and q["required"] is False, q["variable"]
+        assert "inventory" in q["question_description"], q["variable"]  # the operator is told what unanswered means
+
+
 @pytest.mark.parametrize("task", AWX_TASKS, ids=[t["name"] for t in AWX_TASKS])
 def test_awx_task_arguments_are_valid(task):
     module = next(k for k in task if k.startswith("awx.awx."))
