@@ -94,7 +94,10 @@ class CallbackModule(CallbackBase):
         if not path or not self._steps:
             return
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # 0600, as the event log: its failure messages are the operator's alone
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(junit(list(self._steps.values())))
         os.replace(tmp, path)
 

@@ -19,7 +19,17 @@ _MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 if _MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MODULE_UTILS)
 
-from ansible.module_utils.bc_contract import CONTROL, ENV_NAME, POSIX_NAME, installed_key, int_list, name_list, unit_name
+from ansible.module_utils.bc_contract import (
+    CONTROL,
+    ENV_NAME,
+    POSIX_NAME,
+    hook_secrets,
+    installed_key,
+    int_list,
+    name_list,
+    server_keys,
+    unit_name,
+)
 from ansible.module_utils.bc_contract import key_problem as _key_problem
 from ansible.module_utils.bc_contract import problems as _problems
 from ansible.module_utils.bc_engines import flag_for_version, profile
@@ -223,7 +233,8 @@ class FilterModule:
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
             "bc_name_list": name_list,
             "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
-            "bc_unit_name": unit_name, "bc_key_problem": key_problem, "bc_installed_key": installed_key,
+            "bc_unit_name": unit_name, "bc_hook_secrets": hook_secrets, "bc_key_problem": key_problem,
+            "bc_server_keys": server_keys,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,

@@ -55,6 +55,13 @@ options:
   api_key:
     description: Bearer token for servers started with an API key.
     type: str
+  api_key_fallbacks:
+    description:
+      - Keys tried in turn only when the server answers 401 or 403 to O(api_key) - during a key rotation, the keys
+        the running server may have started with (the new one applies at its next start).
+    type: list
+    elements: str
+    default: []
   timeout:
     description:
       - Seconds one HTTP request may take. For SGLang readiness it must exceed SGLANG_HEALTH_CHECK_TIMEOUT (20 s),
@@ -273,7 +280,8 @@ DEFAULT_EXPECT = "4"
 
 
 def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: dict[str, Any] | None = None) -> HttpResult:
-    return request(method, url, timeout, payload, module.params["api_key"], module.params["validate_certs"])
+    keys = [module.params["api_key"] or "", *module.params["api_key_fallbacks"]]
+    return request(method, url, timeout, payload, keys, module.params["validate_certs"])
 
 
 def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], lines: int,
@@ -340,6 +348,7 @@ SPEC: dict[str, Any] = {
     "max_tokens": {"type": "int", "default": 4},
     "model": {"type": "str", "default": ""},
     "api_key": {"type": "str", "no_log": True},
+    "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},
     "timeout": {"type": "float", "default": 30},
     "unit": {"type": "str"},
     "restarts_baseline": {"type": "int"},
@@ -438,7 +447,7 @@ def main() -> None:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:
             result["startup_phases"] = startup_phases(metrics.body, prof)
-    secrets = [s for s in [p["api_key"], *p["secrets"]] if s]
+    secrets = [s for s in [p["api_key"], *p["api_key_fallbacks"], *p["secrets"]] if s]
     for key in ("reason", "stage_line", "in_flight_unknown"):
         if isinstance(result.get(key), str):
             result[key] = redact(result[key], secrets)

@@ -34,6 +34,11 @@ options:
   engine_version: {description: Engine version (the profile is chosen by it)., type: str}
   state: {description: What to do., type: str, default: info, choices: [info, released, resumed]}
   api_key: {description: Bearer key of the server., type: str}
+  api_key_fallbacks:
+    description: Keys tried in turn only on a 401 or 403 to O(api_key) (a rotation - the keys the running server may have started with).
+    type: list
+    elements: str
+    default: []
   validate_certs: {description: Verify TLS certificates., type: bool, default: true}
   timeout: {description: Seconds each HTTP request may take., type: float, default: 30}
   need_mib:
@@ -277,6 +282,7 @@ SPEC: dict[str, Any] = {
     "engine_version": {"type": "str"},
     "state": {"type": "str", "default": "info", "choices": ["info", "released", "resumed"]},
     "api_key": {"type": "str", "no_log": True},
+    "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},
     "validate_certs": {"type": "bool", "default": True},
     "timeout": {"type": "float", "default": 30},
     "need_mib": {"type": "int", "default": 0},
@@ -313,13 +319,13 @@ def main() -> None:
     base = p["url"].rstrip("/")
 
     def http(method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> HttpResult:
-        return request(method, base + path, timeout, payload, p["api_key"], p["validate_certs"])
+        return request(method, base + path, timeout, payload, [p["api_key"] or "", *p["api_key_fallbacks"]], p["validate_certs"])
 
     if p["state"] == "info":
         rel_spec = prof.get("release")
         answer = http("GET", rel_spec["info_path"], None, p["timeout"]) if rel_spec else None
         result = support(prof, p["engine"], answer)
-        result["why"] = redact(result["why"], [p["api_key"] or ""])
+        result["why"] = redact(result["why"], [p["api_key"] or "", *p["api_key_fallbacks"]])
         module.exit_json(changed=False, **result)
     if module.check_mode:  # what would be: released (and the caller resumes it), or serving again
         module.exit_json(changed=True, server_state="released" if p["state"] == "released" else "serving", steps=[],
@@ -335,7 +341,7 @@ def main() -> None:
         else:
             result = resumed(module, rel, module.get_bin_path("nvidia-smi"))
     except ReleaseError as err:
-        module.fail_json(msg="%s: %s" % (base, redact(str(err), [p["api_key"] or ""])), server_state=err.state,
+        module.fail_json(msg="%s: %s" % (base, redact(str(err), [p["api_key"] or "", *p["api_key_fallbacks"]])), server_state=err.state,
                          steps=rel.steps)
     module.exit_json(changed=True, steps=rel.steps, **result)
 

@@ -164,6 +164,25 @@ def hook_problem(field: str, hook: Any) -> str:
     return ""
 
 
+def hook_secrets(*hooks: Any) -> list[str]:
+    """What in the router hooks may be a secret, to redact from every message: each header's value,
+    each argv word that names a token, key, secret or password, a URL's query values and password."""
+    out: list[str] = []
+    for hook in hooks:
+        if not isinstance(hook, dict):
+            continue
+        headers = hook.get("headers")
+        for value in (headers.values() if isinstance(headers, dict) else []):
+            out.append(str(value))
+            out.extend(str(value).split()[1:])  # "Bearer TOKEN": the token alone too
+        argv = hook.get("argv")
+        out.extend(str(a) for a in (argv[1:] if isinstance(argv, list) else []) if SECRET_WORD.search(str(a)))
+        url = str(hook.get("url") or "")
+        out.extend(re.findall(r"[?&][^=&#]+=([^&#]+)", url))
+        out.extend(re.findall(r"^[a-z]+://[^/@:]+:([^/@]+)@", url))
+    return [s for s in dict.fromkeys(out) if len(s) >= 4]
+
+
 def installed_key(engine: str, env_text: str, secret_text: str) -> str:
     """The API key the installed unit of `engine` has today: its environment file's variable, or its
     secrets file's key (bc_engines ENGINES[engine]["api_key"]); "" when it has none."""
@@ -185,6 +204,14 @@ def installed_key(engine: str, env_text: str, secret_text: str) -> str:
                     value = value[1:-1]
                 return value
     return ""
+
+
+def server_keys(engine: str, texts: list[str], new_key: str = "") -> list[str]:
+    """Every API key of `engine` found in `texts` (environment files, a process's NUL-separated
+    /proc/PID/environ, secrets files), each once, `new_key` left out: the keys a running server may
+    hold during a rotation, tried after a 401 to the new one."""
+    found = [installed_key(engine, text.replace("\x00", "\n"), text) for text in texts]
+    return [k for k in dict.fromkeys(found) if k and k != new_key]
 
 
 def key_problem(unit: str, given_key: str, required: bool, installed: str, files: str) -> str:
@@ -230,9 +257,6 @@ def _field_problems(contract: dict[str, dict[str, Any]], given: dict[str, Any], 
         if spec.get("type") in ("str", "path") and (isinstance(value, (dict, list)) or (spec.get("no_log") and not isinstance(value, str))):
             out.append("%s must be text, not a %s%s" % (name, type(value).__name__,
                                                        ": quote it in YAML (the value is not shown)" if spec.get("no_log") else ""))
-            continue
-        if spec.get("nonempty") and _empty(value):
-            out.append("%s is empty: %s" % (name, spec.get("why_nonempty", "give a value (%s)" % spec["description"])))
             continue
         if "range" in spec and not (spec.get("type") == "list" and not typed.get(name)):
             problem = _range_problem(name, spec, typed.get(name), value)
@@ -396,6 +420,9 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
     for name, value in known.items():
         if _nonfinite(value):
             out.append("%s=%s: not a finite number" % (name, "<redacted>" if contract[name].get("no_log") else value))
+            bad.add(name)
+        elif contract[name].get("nonempty") and _empty(value):  # before the types: "" is empty, not a bad number
+            out.append("%s is empty: %s" % (name, contract[name].get("why_nonempty", "give a value (%s)" % contract[name]["description"])))
             bad.add(name)
     spec = {k: {a: b for a, b in s.items() if a in ("type", "elements", "choices", "no_log")} for k, s in contract.items()}
     checkable = {k: val for k, val in known.items() if k not in bad}

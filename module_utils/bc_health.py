@@ -38,10 +38,22 @@ class HttpResult:
         self.latency_ms = latency_ms
 
 
-def request(method: str, url: str, timeout: float, payload: dict[str, Any] | None = None, api_key: str | None = None,
-            validate_certs: bool = True) -> HttpResult:
+def request(method: str, url: str, timeout: float, payload: dict[str, Any] | None = None,
+            api_key: str | list[str] | None = None, validate_certs: bool = True) -> HttpResult:
     """One HTTP exchange with an inference server: its status and body, or what kind of error
-    (refused, timeout, other). Never raises for a network error; never follows a redirect."""
+    (refused, timeout, other). Never raises for a network error; never follows a redirect.
+    `api_key` may list the keys the server may hold (a rotation: the new key, then the one the
+    running server started with): the next is tried only on a 401 or 403."""
+    keys = [k for k in (api_key if isinstance(api_key, list) else [api_key]) if k] or [None]
+    for key in keys:
+        result = _request(method, url, timeout, payload, key, validate_certs)
+        if result.status not in (401, 403):
+            break
+    return result
+
+
+def _request(method: str, url: str, timeout: float, payload: dict[str, Any] | None, api_key: str | None,
+             validate_certs: bool) -> HttpResult:
     headers = {"Accept": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer " + api_key

@@ -127,6 +127,18 @@ def llama(lab: str) -> str:
     return lab
 
 
+@pytest.fixture(autouse=True)
+def keyless_double():
+    """After each test, the SGLang double's API key taken away by hand, as an operator would (the cycle
+    itself never restarts a unit that has a key without one, and the lab runs without a key unless a
+    test gives one): the unit stopped, its secrets file removed. The llama-server unit is re-provisioned
+    by `llama` when its files differ from the lab's."""
+    yield
+    subprocess.run(["podman", "exec", CONTAINER, "sh", "-c",
+                    "f=/etc/benchmark-cycle/sglang-double.secrets.yaml; [ -e $f ] || exit 0; "
+                    "systemctl stop sglang-double; rm -f $f"], capture_output=True, timeout=120, check=False)
+
+
 H200_REPORT = ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml"
 
 

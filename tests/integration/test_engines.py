@@ -77,8 +77,8 @@ def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
 def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
     extra = serving_ct200_double()
     # the server wants another key than the one the cycle holds: 401 {"error": "Unauthorized"} (utils/auth.py)
-    wrong = dict(extra, bc_api_key="sk-the-cycles-key-1", bc_engine_extra_args=["--api-key", "sk-another-key-2"],
-                 bc_readiness_timeout_s=600)
+    wrong = dict(extra, bc_api_key="sk-the-cycles-key-1", bc_readiness_timeout_s=600,
+                 bc_engine_env=dict(extra["bc_engine_env"], BC_DOUBLE_API_KEY="sk-another-key-2"))
     started = time.monotonic()
     run = playbook("benchmark_cycle.yml", extra_vars=wrong)
     assert run.rc != 0

@@ -116,6 +116,19 @@ def test_a_resume_that_kills_the_server_is_followed_by_a_restart(released_lab, r
                 service_after="active, answers 4 (restarted)", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+def test_a_resume_that_gives_nothing_back_is_not_believed(released_lab, reliability):
+    """The resume answers 200 and takes no memory back (a memory saver that failed quietly): believed by
+    its 200 alone the cycle was green and the KV cache never came back; read back on the GPU, it is a
+    failed resume, and the server is restarted."""
+    run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RESUME_FAILS="noop")
+    assert "the resume answered 200 but the server took back 0 MiB on GPU 0" in out, out[-3000:]
+    assert "the server was restarted" in out
+    reliability(fault="resume gives nothing back", injected="the resume answers 200 and the server takes no memory back",
+                did="the memory read back on the GPU: not believed; restarted, readiness and the known answer awaited, "
+                "router back; the play fails naming the resume", service_after="active, answers 4 (restarted)",
+                data_kept="full results", detect_s=None, run_s=run.seconds)
+
+
 def test_a_release_that_kills_the_server_is_followed_by_a_restart(released_lab, reliability):
     run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RELEASE_FAILS="crash")
     assert "the release of sglang-double's memory failed" in out, out[-3000:]

@@ -91,3 +91,14 @@ def test_the_installed_key_is_read_from_the_engines_own_transport(engine, env, s
 
 def test_the_unit_is_one_name():
     assert unit_name("sglang-k26-ddtree.service") == unit_name("sglang-k26-ddtree") == "sglang-k26-ddtree"
+
+
+def test_the_keys_a_running_server_may_hold_come_from_every_place_on_the_host():
+    from ansible.module_utils.bc_contract import server_keys
+
+    environ = "PATH=/usr/bin\x00LLAMA_API_KEY=sk-running\x00HOME=/root\x00"
+    installed = 'LLAMA_API_KEY="sk-new"\n'
+    replaced = 'LLAMA_API_KEY="sk-running"\n'
+    assert server_keys("llamacpp", [installed, "", environ, replaced], "sk-new") == ["sk-running"]
+    assert server_keys("sglang", ["", 'api-key: "sk-a"\n', "", 'api-key: "sk-b"\n'], "sk-c") == ["sk-a", "sk-b"]
+    assert server_keys("llamacpp", ["", ""], "") == []

@@ -71,7 +71,7 @@ def test_settings_problems_name_the_field_and_never_the_key(settings, message):
 
 
 def test_sound_settings_have_no_problem():
-    assert settings_problems({"bc_api_key": KEY, "bc_lb_required": False, "bc_sweep_poll_s": 5, "bc_unit": "sglang-k26-ddtree", "bc_service_user": "sglang",
+    assert settings_problems({**SITE, "bc_api_key": KEY, "bc_sweep_poll_s": 5, "bc_unit": "sglang-k26-ddtree", "bc_service_user": "sglang",
                               "bc_engine_env": {"SGLANG_CACHE_DIR": "/var/cache/sglang"}, "bc_results_dir": "/srv/results"}, CONTRACT) == []
 
 

@@ -46,8 +46,10 @@ systemd. Each behaviour names the source it follows (files of the release's whee
 Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
 BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER,
 BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_GPU, BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a
-release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory), BC_DOUBLE_RELEASE_FAILS=crash (the
-release dies in the memory saver).
+release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory) or noop
+(the resume answers 200 and takes nothing back: a memory saver that failed quietly), BC_DOUBLE_RELEASE_FAILS=crash
+(the release dies in the memory saver), BC_DOUBLE_API_KEY (the key the server wants, whatever its arguments say:
+a server that holds another key than the cycle's).
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def authorized(self, path: str) -> bool:
-        key = getattr(self.args, "api_key", None)
+        key = os.environ.get("BC_DOUBLE_API_KEY") or getattr(self.args, "api_key", None)
         if not key or path.startswith(("/health", "/metrics")):  # utils/auth.py:100
             return True
         if self.headers.get("Authorization") == "Bearer " + key:
@@ -291,6 +293,9 @@ class Handler(BaseHTTPRequestHandler):
         if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "oom":
             crash(['  File "torch_memory_saver/entrypoint.py", line 97, in resume',
                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00 GiB."])
+        if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "noop":
+            self.reply(200, b"null")  # answered, nothing taken back
+            return
         for tag in req.get("tags") or ALL_TAGS:
             if tag not in STATE["released"]:
                 crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 238, in resume_memory_occupation',
