@@ -32,7 +32,8 @@ CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # a flag or word that carries a secret: it belongs in bc_api_key (a 0600 file), never on a command line
 SECRET_WORD = re.compile(r"(?i)(api[-_]?key|token|secret|passw|authorization|bearer)")
 # the two shapes of a router hook (roles/service_drain/tasks/lb.yml): a command on the host, or an HTTP call
-HOOK_KEYS = {"argv": {"argv", "timeout"}, "url": {"url", "method", "body", "headers", "status_code", "timeout"}}
+# (`check`: a command on the host that exits 0 once the router says the hook took effect: its read-back)
+HOOK_KEYS = {"argv": {"argv", "timeout", "check"}, "url": {"url", "method", "body", "headers", "status_code", "timeout", "check"}}
 # the MoE shape the sweep takes (bc_marlin), each a positive whole number
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits")
 SERIAL_HINT = "give a whole number of hosts >= 1, a share such as '25%' (1-100%), or a list of them, e.g. [1, '50%']"
@@ -157,6 +158,12 @@ def hook_problem(field: str, hook: Any) -> str:
             return "%s.argv[0]=%s: give the program's absolute path" % (field, str(argv[0])[:80])
     elif not isinstance(hook["url"], str) or not re.match(r"^https?://[^\s/]+", hook["url"]):
         return "%s.url must be an http(s):// URL" % field
+    if "check" in hook:
+        check = hook["check"]
+        if not isinstance(check, list) or not check or not all(isinstance(a, (str, int)) and str(a) for a in check) \
+                or not str(check[0]).startswith("/"):
+            return "%s.check must be a command (a non-empty list, its program an absolute path) that exits 0 once the router " \
+                   "agrees, e.g. [/usr/local/bin/lb, is-out, ct200]" % field
     if "timeout" in hook:
         timeout = hook["timeout"]
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or _nonfinite(timeout) or not 1 <= timeout <= 3600:
@@ -175,8 +182,8 @@ def hook_secrets(*hooks: Any) -> list[str]:
         for value in (headers.values() if isinstance(headers, dict) else []):
             out.append(str(value))
             out.extend(str(value).split()[1:])  # "Bearer TOKEN": the token alone too
-        argv = hook.get("argv")
-        out.extend(str(a) for a in (argv[1:] if isinstance(argv, list) else []) if SECRET_WORD.search(str(a)))
+        for argv in (hook.get("argv"), hook.get("check")):
+            out.extend(str(a) for a in (argv[1:] if isinstance(argv, list) else []) if SECRET_WORD.search(str(a)))
         url = str(hook.get("url") or "")
         out.extend(re.findall(r"[?&][^=&#]+=([^&#]+)", url))
         out.extend(re.findall(r"^[a-z]+://[^/@:]+:([^/@]+)@", url))

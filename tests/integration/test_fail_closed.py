@@ -185,3 +185,20 @@ def test_preflight_refusals_never_print_a_traceback_under_awx_like_answers(llama
             out = proc.stdout + proc.stderr
             assert proc.returncode != 0 and message in out and "Traceback" not in out, out[-2000:]
             assert not any("Take the lock" in (e["task"] or "") for e in read_events(log))
+
+
+def test_a_router_that_does_not_follow_its_hook_stops_the_cycle_before_the_drain(llama, reliability):
+    """The hook exits 0, but its read-back (`check`) says the host is still in the router: believed by
+    its exit status alone, the service would have been stopped under live traffic."""
+    sh(f"printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\n' > {HOOK} && chmod +x {HOOK} && rm -f /tmp/lb-log")
+    sh("printf '#!/bin/sh\\necho still routed >&2\\nexit 1\\n' > /usr/local/bin/lb-check && chmod +x /usr/local/bin/lb-check")
+    before = pid()
+    extra = {"bc_lb_remove": {"argv": [HOOK, "remove"], "check": ["/usr/local/bin/lb-check", "is-out"]},
+             "bc_lb_restore": {"argv": [HOOK, "restore"]}}
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    text = " ".join(run.out.split())
+    assert run.rc != 0 and "its read-back says the router did not follow: exit 1 still routed" in text, run.out[-3000:]
+    assert pid() == before and serving() == "active, answers 2+2=4"
+    reliability(fault="a router that does not follow its hook", injected="the remove hook exits 0, its read-back (check) exits 1",
+                did="the cycle stopped before the drain naming the read-back; the service never stopped",
+                service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)

@@ -102,3 +102,12 @@ def test_the_keys_a_running_server_may_hold_come_from_every_place_on_the_host():
     assert server_keys("llamacpp", [installed, "", environ, replaced], "sk-new") == ["sk-running"]
     assert server_keys("sglang", ["", 'api-key: "sk-a"\n', "", 'api-key: "sk-b"\n'], "sk-c") == ["sk-a", "sk-b"]
     assert server_keys("llamacpp", ["", ""], "") == []
+
+
+@pytest.mark.parametrize(("check", "ok"), [
+    (["/usr/local/bin/lb", "is-out", "ct200"], True), ([], False), (["lb", "is-out"], False), ("lb is-out", False)])
+def test_a_hooks_read_back_is_a_command(check, ok):
+    hooks = {"bc_lb_remove": dict(HOOK, check=check), "bc_lb_restore": HOOK, "bc_lb_required": True}
+    found = problems(CONTRACT, dict(SITE, **hooks))
+    assert (found == []) is ok, found
+    assert ok or "bc_lb_remove.check must be a command" in found[0]
