@@ -74,6 +74,13 @@ options:
   restarts_baseline:
     description: NRestarts of O(unit) when the cycle started it; a larger value is a crash loop and fails the probe.
     type: int
+  failures_since:
+    description:
+      - Epoch seconds on the host's clock; a failure line of the journal counts only from then on (the wait's own
+        window), so that a line an earlier phase of the same run logged is not taken for the state now. 0 counts the
+        whole run of the unit.
+    type: float
+    default: 0
   journal_lines:
     description: How many journal lines since the unit's start to scan for progress and failure lines.
     type: int
@@ -261,7 +268,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_engines import resolve
+from ansible.module_utils.bc_engines import resolve, with_health_timeout
 from ansible.module_utils.bc_health import (
     UNIT_PROPERTIES,
     HttpResult,
@@ -285,7 +292,7 @@ def http(module: AnsibleModule, method: str, url: str, timeout: float, payload: 
 
 
 def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], lines: int,
-               read_journal: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+               read_journal: bool, failures_since: float = 0) -> tuple[dict[str, Any], dict[str, Any]]:
     """(unit_state, journal facts) of the unit, read with argument lists (no shell). The journal
     is read only while the server is not ready: a ready probe needs no stage and costs less."""
     try:
@@ -301,15 +308,28 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], l
         facts["since_start_s"] = round(time.clock_gettime(time.CLOCK_MONOTONIC) - start_us / 1e6, 1)
     invocation = state.get("InvocationID")
     if invocation and read_journal:
-        cmd = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "_SYSTEMD_INVOCATION_ID=%s" % invocation]
+        cmd = ["journalctl", "--no-pager", "-o", "short-unix", "-n", str(lines), "_SYSTEMD_INVOCATION_ID=%s" % invocation]
         try:
             rc, out, _err = host_run(cmd, 15)
         except CommandError:
             rc, out = 1, ""  # the journal is a hint; the unit state above is the verdict
         if rc == 0:
-            stage, stage_line, failure = journal_stage(out.splitlines(), engine)
+            stage, stage_line, failure = journal_stage(out.splitlines(), engine, failures_since)
             facts.update(stage=stage, stage_line=stage_line, journal_failure=failure)
     return state, facts
+
+
+def server_environ(unit: str) -> str:
+    """The running main process's environment (NUL-separated), or "" when it cannot be read."""
+    try:
+        rc, out, _err = host_run(["systemctl", "show", "-p", "MainPID", "--value", "--", unit], 15)
+        pid = int(out.strip() or 0) if rc == 0 else 0
+        if pid > 0:
+            with open("/proc/%d/environ" % pid, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+    except (CommandError, OSError, ValueError):
+        pass
+    return ""
 
 
 def validate(module: AnsibleModule) -> None:
@@ -353,6 +373,7 @@ SPEC: dict[str, Any] = {
     "unit": {"type": "str"},
     "restarts_baseline": {"type": "int"},
     "journal_lines": {"type": "int", "default": 400},
+    "failures_since": {"type": "float", "default": 0},
     "validate_certs": {"type": "bool", "default": True},
     "deadline": {"type": "float"},
     "engine_version": {"type": "str"},
@@ -422,6 +443,8 @@ def main() -> None:
     except ValueError as err:
         module.fail_json(msg="engine_version: %s" % err)
     base = p["url"].rstrip("/")
+    if p["unit"]:
+        prof = with_health_timeout(prof, server_environ(p["unit"]))
     timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
     if p["deadline"] is not None:  # the wait overruns its deadline by at most this one request
         timeout = max(1.0, min(timeout, p["deadline"] - time.time()))
@@ -430,7 +453,8 @@ def main() -> None:
     unit_state, jfacts = (None, {"journal_failure": ""})
     if p["unit"]:
         unit_state, jfacts = unit_facts(module, p["unit"], prof, p["journal_lines"],
-                                        read_journal=answer.status != 200 or p["probe"] == "load")
+                                        read_journal=answer.status != 200 or p["probe"] == "load",
+                                        failures_since=p["failures_since"])
     result, not_running = judge(p, prof, answer, unit_state, jfacts, expect)
     result.update(changed=False, url=base, host_time=round(time.time(), 3))
     if profile_note:

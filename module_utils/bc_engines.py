@@ -55,8 +55,11 @@ ENGINES: dict[str, dict[str, Any]] = {
         "refused_phase": "loading",
         "status_phase": {200: "ready", 503: "warming"},
         "body_phase": {},
-        # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that
+        # SGLANG_HEALTH_CHECK_TIMEOUT defaults to 20 s: a client must wait longer than that. The unit may set it
+        # (bc_engine_env): the probes read the value the running server has (its /proc/PID/environ) and scale
+        # min_timeout_s (T + 5) and hung_503_after_s (0.75 T) to it (with_health_timeout below)
         "min_timeout_s": 25,
+        "health_timeout_env": ["SGLANG_HEALTH_CHECK_TIMEOUT", 20],
         # http_server.py health_generate (0.5.10: 185, 0.5.16: 626-689): while Starting it answers 503 at
         # once; once up, a 503 comes only after waiting HEALTH_CHECK_TIMEOUT (20 s) for a token, and marks the
         # server UnHealthy: a 503 that took this long is a hung scheduler, not a warmup
@@ -136,8 +139,6 @@ ENGINES: dict[str, dict[str, Any]] = {
             # managers/tokenizer_manager.py (0.5.10: 2561, 0.5.16: 3262) and managers/scheduler.py (3620, 4643)
             r"SIGQUIT received\..*one child failed",
             r"Scheduler hit an exception",
-            # http_server.py health_generate after HEALTH_CHECK_TIMEOUT without a token (0.5.16: 680)
-            r"Health check failed\. Server couldn't get a response from detokenizer",
         ],
     },
     "llamacpp": {
@@ -324,3 +325,24 @@ def profile(engine: str | dict[str, Any]) -> dict[str, Any]:
         raise ValueError(
             "engine %r is not known; use one of: %s" % (engine, ", ".join(sorted(ENGINES)))
         ) from None
+
+
+def with_health_timeout(prof: dict[str, Any], environ: str) -> dict[str, Any]:
+    """`prof` with its health-check timings scaled to the health-check timeout the running server has
+    (its NUL-separated /proc/PID/environ; the engine's default when it sets none): a probe waits
+    longer than the server's own health check, and a 503 that took three quarters of it is a hung
+    scheduler, not a warmup. A profile without the setting is returned as it is."""
+    spec = prof.get("health_timeout_env")
+    if not spec:
+        return prof
+    name, default = spec
+    value = float(default)
+    for entry in (environ or "").split("\x00"):
+        if entry.startswith(name + "="):
+            try:
+                value = float(entry.split("=", 1)[1])
+            except ValueError:
+                pass
+    if not 0 < value < 3600:
+        value = float(default)
+    return dict(prof, min_timeout_s=value + 5, hung_503_after_s=round(value * 0.75, 2), health_timeout_s=value)

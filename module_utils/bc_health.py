@@ -86,24 +86,34 @@ def parse_unit_show(text: str) -> dict[str, Any]:
     return parse_show(text, numbers=True)
 
 
-def journal_stage(lines: list[str], engine: str | dict[str, Any]) -> tuple[str, str, str]:
+def journal_stage(lines: list[str], engine: str | dict[str, Any], failures_since: float = 0) -> tuple[str, str, str]:
     """(stage, stage_line, failure_line) from the unit's journal since its start.
 
     `stage` is the label of the last progress line, `failure_line` the first line matching one
-    of the engine's failure patterns ("" if none)."""
+    of the engine's failure patterns ("" if none). Lines may start with journalctl's short-unix
+    stamp; with `failures_since`, a failure line counts only from then on (the probe's own window:
+    an old line of this run is history, not the state now)."""
     prof = profile(engine)
     stage, stage_line, failure = "", "", ""
     progress = [(re.compile(p, re.I), label) for p, label in prof["progress"]]
     failures = [re.compile(p, re.I) for p in prof["failure"]]
-    for line in lines:
+    for raw in lines:
+        stamp, line = _stamped(raw)
         for rx, label in progress:
             match = rx.search(line)
             if match:
                 stage = label.format(*[g or "" for g in match.groups()])
                 stage_line = line.strip()[:240]
-        if not failure and any(rx.search(line) for rx in failures):
+        recent = stamp is None or stamp >= failures_since
+        if not failure and recent and any(rx.search(line) for rx in failures):
             failure = line.strip()[:240]
     return stage, stage_line, failure
+
+
+def _stamped(line: str) -> tuple[float | None, str]:
+    """(epoch, text) of a `journalctl -o short-unix` line; (None, line) for a line without a stamp."""
+    match = re.match(r"^(\d{9,}\.\d+) \S+ \S+?: (.*)$", line)
+    return (float(match.group(1)), match.group(2)) if match else (None, line)
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -74,6 +74,24 @@ def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
                 service_after="active, untouched (SGLang double)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+def test_the_hung_scheduler_threshold_follows_the_units_health_check_timeout(lab, reliability):
+    """The unit sets SGLANG_HEALTH_CHECK_TIMEOUT=8: a hung scheduler's 503 comes after 8 s, below the
+    default's 15 s threshold; read from the running server's environment, it is still judged hung at
+    the first probe, not "warming" until the readiness budget."""
+    extra = serving_ct200_double()
+    hung = dict(extra, bc_readiness_timeout_s=300)
+    hung["bc_engine_env"] = dict(extra["bc_engine_env"], BC_DOUBLE_HANG="1", SGLANG_HEALTH_CHECK_TIMEOUT="8")
+    run = playbook("benchmark_cycle.yml", extra_vars=hung)
+    text = " ".join(run.out.split())
+    assert run.rc != 0 and "hung scheduler" in text, run.out[-3000:]
+    waited = run.at("Fail with the phase", "failed") - run.at("Wait for the server to be ready", "start")
+    assert waited < 300 / 2, waited  # judged at a probe, not at the end of the budget
+    sh("systemctl stop sglang-double")
+    reliability(fault="hung scheduler, short health-check timeout", injected="SGLANG_HEALTH_CHECK_TIMEOUT=8 and a hung scheduler",
+                did="readiness read the timeout the server runs with and judged the 8 s 503 hung at once; rolled back",
+                service_after="active (previous unit)", data_kept="sweep results of the run kept", detect_s=waited, run_s=run.seconds)
+
+
 def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
     extra = serving_ct200_double()
     # the server wants another key than the one the cycle holds: 401 {"error": "Unauthorized"} (utils/auth.py)

@@ -80,6 +80,31 @@ def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab
                 "answers 4, same PID", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+def test_release_cycles_in_a_row_with_a_load_balancer_health_checking_during_the_pause(released_lab, reliability):
+    """A load balancer health-checks every backend every second, also while it is paused for the
+    release: SGLang logs "Health check failed ..." for each check that waits out its timeout while
+    paused (http_server.py 0.5.16:683) and recovers after continue (674-676). That line is not fatal,
+    and one of an earlier cycle is history: the next release cycle's drain must not abort on it."""
+    extra = with_router(released_lab(SGLANG_HEALTH_CHECK_TIMEOUT="3"))
+    before = main_pid()
+    poller = sh("(while true; do curl -s -o /dev/null -m 10 http://127.0.0.1:30001/health; sleep 1; done) "
+                ">/dev/null 2>&1 & echo $!").strip()
+    try:
+        runs = []
+        for _ in range(2):
+            runs.append(playbook("benchmark_cycle.yml", extra_vars=extra))
+            assert runs[-1].rc == 0, runs[-1].out[-4000:]
+    finally:
+        sh(f"kill {poller}", check=False)
+    assert "Health check failed" in sh(f"journalctl --no-pager -u {UNIT} -o cat | tail -400")  # the checker did hit the pause
+    assert main_pid() == before and '"text": "4"' in answer()
+    reliability(fault="a load balancer health-checking a paused server", injected="/health every second through two release "
+                "cycles in a row (SGLANG_HEALTH_CHECK_TIMEOUT=3: each check while paused logs 'Health check failed')",
+                did="both cycles green: the line is recoverable, and a fatal line counts only in the drain's own window; "
+                "never restarted", service_after="active, answers 4, same PID", data_kept="full results", detect_s=None,
+                run_s=sum(r.seconds for r in runs))
+
+
 def test_a_release_that_frees_too_little_falls_back_to_the_stop(released_lab, reliability):
     extra = with_router(released_lab(BC_DOUBLE_RELEASE_FREES="0"))
     before = main_pid()

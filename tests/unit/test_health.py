@@ -167,10 +167,33 @@ def test_sglang_capture_lines_of_each_version_move_the_stage(line, stage):
 @pytest.mark.parametrize("line", [
     "SIGQUIT received. signum=3, frame=None. It usually means one child failed.",  # tokenizer_manager.py:3262 (0.5.16)
     "Scheduler hit an exception: Traceback (most recent call last): ...",  # scheduler.py:4643 (0.5.16)
-    "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 10:00:00.",
 ])
 def test_sglang_fatal_lines_after_start_up_fail_the_probe(line):
     assert journal_stage([line], "sglang")[2]
+
+
+def test_a_health_check_that_timed_out_is_not_fatal_and_old_lines_are_history():
+    """SGLang logs "Health check failed" when a /health call while paused waits out its timeout, and
+    recovers at the next check that sees output (http_server.py 0.5.16:674-683): not a fatal line. A
+    fatal line counts only in the probe's own window (journalctl -o short-unix stamps)."""
+    line = "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 10:00:00."
+    assert journal_stage([line], "sglang")[2] == ""
+    old = "1796160000.000001 ct200 sglang-k26[41]: [TP0] Scheduler watchdog timeout (self.watchdog_timeout=300)"
+    assert journal_stage([old], "sglang", failures_since=1796160100.0)[2] == ""
+    assert journal_stage([old], "sglang", failures_since=1796159000.0)[2].startswith("[TP0] Scheduler watchdog timeout")
+    assert journal_stage(["1796160000.5 ct200 sglang-k26[41]: Load weight begin"], "sglang", 1796160100.0)[0] == "Load weight begin"
+
+
+@pytest.mark.parametrize(("environ", "hung", "wait"), [
+    ("", 15.0, 25.0), ("PATH=/bin\x00SGLANG_HEALTH_CHECK_TIMEOUT=8\x00", 6.0, 13.0),
+    ("SGLANG_HEALTH_CHECK_TIMEOUT=40\x00", 30.0, 45.0), ("SGLANG_HEALTH_CHECK_TIMEOUT=abc\x00", 15.0, 25.0),
+])
+def test_the_hung_scheduler_threshold_follows_the_servers_health_check_timeout(environ, hung, wait):
+    from ansible.module_utils.bc_engines import ENGINES, with_health_timeout
+
+    prof = with_health_timeout(ENGINES["sglang"], environ)
+    assert (prof["hung_503_after_s"], prof["min_timeout_s"]) == (hung, wait)
+    assert with_health_timeout(ENGINES["llamacpp"], environ) is ENGINES["llamacpp"]
 
 
 def test_a_503_that_took_the_health_check_timeout_is_a_hung_scheduler_not_a_warmup():
