@@ -7,7 +7,9 @@ its default, and the keys read here:
 - `range: [low, high]`: a number outside it (a zero, a negative, a huge one) is refused;
 - `nonempty: true`: "", [] and {} are refused (an empty value would switch something off quietly);
 - `empty: "..."`: what an empty value means, where empty is a legitimate choice;
-- `choices`: the values Ansible's own check takes.
+- `choices`: the values Ansible's own check takes;
+- `comma_string: true`: a list that may come as "1,8" (an AWX survey answer); other lists and mappings
+  must be given as such, and no setting may be null (an empty YAML value is not "absent").
 `problems(contract, given)` is the preflight's one verdict on the given values, before anything is
 touched: every message names the setting and the fix, and never quotes a secret's value. The checks
 that need the host (the key the installed unit has today) are `key_problem`.
@@ -30,7 +32,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}[$]?\Z")
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # a flag or word that carries a secret: it belongs in bc_api_key (a 0600 file), never on a command line
-SECRET_WORD = re.compile(r"(?i)(api[-_]?key|token|secret|passw|authorization|bearer)")
+# as a word of its own ("--token", "auth_token", "api-key"), not inside another ("--max-prefill-tokens", "tokenizer")
+SECRET_WORD = re.compile(r"(?i)(?:^|[^a-z])(api[-_]?key|token|secret|passw(?:or)?d?|passwd|auth|authorization|bearer|credentials?)"
+                         r"(?:$|[^a-z])")
 # the two shapes of a router hook (roles/service_drain/tasks/lb.yml): a command on the host, or an HTTP call
 # (`check`: a command on the host that exits 0 once the router says the hook took effect: its read-back)
 HOOK_KEYS = {"argv": {"argv", "timeout", "check"}, "url": {"url", "method", "body", "headers", "status_code", "timeout", "check"}}
@@ -123,9 +127,9 @@ def serial_problem(value: Any) -> str:
         if isinstance(item, bool) or item is None:
             return "bc_serial=%r: %s" % (value, SERIAL_HINT)
         text = str(item).strip()
-        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
+        match = re.fullmatch(r"(\d+)\s*%", text)  # ansible-core's pct_to_int takes whole percentages only
         if match:
-            share = float(match.group(1))
+            share = int(match.group(1))
             if not 0 < share <= 100:
                 return "bc_serial=%r: a share must be above 0%% and at most 100%%; %s" % (value, SERIAL_HINT)
             continue
@@ -155,7 +159,7 @@ def hook_problem(field: str, hook: Any) -> str:
         if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int)) and str(a) for a in argv):
             return "%s.argv must be a non-empty list of words, e.g. [/usr/local/bin/lb, remove, ct200]" % field
         if not str(argv[0]).startswith("/"):
-            return "%s.argv[0]=%s: give the program's absolute path" % (field, str(argv[0])[:80])
+            return "%s.argv[0] is not an absolute path: give the program's absolute path (one word; its arguments follow)" % field
     elif not isinstance(hook["url"], str) or not re.match(r"^https?://[^\s/]+", hook["url"]):
         return "%s.url must be an http(s):// URL" % field
     if "check" in hook:
@@ -166,9 +170,18 @@ def hook_problem(field: str, hook: Any) -> str:
                    "agrees, e.g. [/usr/local/bin/lb, is-out, ct200]" % field
     if "timeout" in hook:
         timeout = hook["timeout"]
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or _nonfinite(timeout) or not 1 <= timeout <= 3600:
-            return "%s.timeout must be a number of seconds from 1 to 3600" % field
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 3600:
+            return "%s.timeout must be a whole number of seconds from 1 to 3600" % field
     return ""
+
+
+def _leaves(value: Any) -> list[str]:
+    """Every scalar inside a hook's body (a token may be anywhere in it)."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [str(value)] if isinstance(value, str) else []
 
 
 def hook_secrets(*hooks: Any) -> list[str]:
@@ -183,7 +196,14 @@ def hook_secrets(*hooks: Any) -> list[str]:
             out.append(str(value))
             out.extend(str(value).split()[1:])  # "Bearer TOKEN": the token alone too
         for argv in (hook.get("argv"), hook.get("check")):
-            out.extend(str(a) for a in (argv[1:] if isinstance(argv, list) else []) if SECRET_WORD.search(str(a)))
+            words = [str(a) for a in argv] if isinstance(argv, list) else []
+            for i, word in enumerate(words[1:], start=1):
+                if SECRET_WORD.search(word):
+                    out.append(word)
+                    if word.startswith("-") and "=" not in word and i + 1 < len(words):
+                        out.append(words[i + 1])  # `--token VALUE`: the value too
+                    out.extend(word.split("=", 1)[1:])
+        out.extend(_leaves(hook.get("body")))
         url = str(hook.get("url") or "")
         out.extend(re.findall(r"[?&][^=&#]+=([^&#]+)", url))
         out.extend(re.findall(r"^[a-z]+://[^/@:]+:([^/@]+)@", url))
@@ -258,6 +278,14 @@ def _field_problems(contract: dict[str, dict[str, Any]], given: dict[str, Any], 
         spec = contract.get(name)
         if spec is None or name in bad:
             continue
+        if value is None:
+            out.append("%s is null (an empty YAML value): give a value, or leave the setting out for its default" % name)
+            continue
+        if spec.get("type") in ("list", "dict") and not isinstance(value, (list, dict)) and not (
+                spec.get("comma_string") and isinstance(value, str)):
+            out.append("%s must be a %s, not a %s" % (name, "list" if spec["type"] == "list" else "mapping",
+                                                       type(value).__name__))
+            continue
         if spec.get("type") == "int" and isinstance(value, bool):
             out.append("%s=%s: give a whole number, not true/false" % (name, value))
             continue
@@ -321,7 +349,8 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
             elif CONTROL.search("" if value is None else str(value)):
                 out.append("bc_engine_env.%s holds a control character (a newline?): environment values are one line" % name)
     settings = v.get("bc_engine_settings")
-    if isinstance(settings, dict) and e.get("bc_engine") in ENGINES and not version_problem(e.get("bc_engine_version")):
+    if isinstance(settings, dict) and isinstance(e.get("bc_engine"), str) and e["bc_engine"] in ENGINES \
+            and not version_problem(e.get("bc_engine_version")):
         out.extend(setting_problems(e["bc_engine"], settings, str(e["bc_engine_version"])))
     out.extend(_secret_problems(v, e))
     out.extend(_sweep_problems(v))
@@ -420,7 +449,7 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
     """Every problem of the given settings against the contract, each naming the setting and the fix;
     [] when all are sound. Types are Ansible's own check (the contract is an argument spec); a
     non-finite number is refused before it (Ansible raises on one). Never quotes a secret's value."""
-    secrets = _secrets(contract, given)
+    secrets = _secrets(contract, given) + hook_secrets(given.get("bc_lb_remove"), given.get("bc_lb_restore"))
     known = {k: given[k] for k in given if k in contract}
     out: list[str] = []
     bad: set[str] = set()

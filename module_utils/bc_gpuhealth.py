@@ -37,6 +37,8 @@ RULES: dict[str, dict[str, Any]] = {
     # the driver's own verdict (580+): anything but None (Reset, Reboot, Drain...) needs service
     "recovery_action": {"max": [], "level": "fail", "why": "the driver asks for a recovery action"},
     "repair_pending": {"max": [], "level": "fail", "why": "a memory channel or TPC repair is pending (a GPU reset is needed)"},
+    # the driver's own word that memory cannot be repaired any more (580+: ecc_errors/unrepairable_memory)
+    "unrepairable_memory": {"max": False, "level": "fail", "why": "memory the GPU can no longer repair (the GPU needs service)"},
     "dcgm_failed": {"max": [], "level": "fail", "why": "DCGM diagnostic (dcgmi diag -r 1) failed"},
 }
 
@@ -138,6 +140,7 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
             "repair_pending": [k for k in ("channel_repair_pending", "tpc_repair_pending")
                                if _text(gpu, "ecc_errors/" + k) == "Yes"],
             "power_capped": "sw_power_cap" in active,
+            "unrepairable_memory": _text(gpu, "ecc_errors/unrepairable_memory") == "Yes",
             "clock_events": sorted(active),
         })
     if not gpus:

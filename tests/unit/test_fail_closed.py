@@ -22,7 +22,7 @@ HOOK = {"argv": ["/usr/local/bin/lb", "remove", "ct200"]}
     ({"bc_lb_remove": {"args": ["/usr/local/bin/lb"]}, "bc_lb_restore": HOOK}, "bc_lb_remove needs exactly one of argv"),
     ({"bc_lb_remove": {"URL": "http://lb/x"}, "bc_lb_restore": HOOK}, "unknown key(s) URL"),
     ({"bc_lb_remove": {"argv": []}, "bc_lb_restore": HOOK}, "bc_lb_remove.argv must be a non-empty list"),
-    ({"bc_lb_remove": {"argv": ["lb", "x"]}, "bc_lb_restore": HOOK}, "bc_lb_remove.argv[0]=lb: give the program's absolute path"),
+    ({"bc_lb_remove": {"argv": ["lb", "x"]}, "bc_lb_restore": HOOK}, "bc_lb_remove.argv[0] is not an absolute path"),
     ({"bc_lb_remove": {"argv": ["/x"], "timeot": 5}, "bc_lb_restore": HOOK}, "unknown key(s) timeot"),
     ({"bc_lb_remove": HOOK}, "bc_lb_remove is given without bc_lb_restore"),
     ({"bc_lb_required": True}, "bc_lb_remove and bc_lb_restore are not given"),
@@ -111,3 +111,43 @@ def test_a_hooks_read_back_is_a_command(check, ok):
     found = problems(CONTRACT, dict(SITE, **hooks))
     assert (found == []) is ok, found
     assert ok or "bc_lb_remove.check must be a command" in found[0]
+
+
+# found by an adversarial read of this change (a helper), each fixed
+@pytest.mark.parametrize(("given", "message"), [
+    ({"bc_engine_extra_args": "--api-key=sk-x1234"}, "bc_engine_extra_args must be a list, not a str"),
+    ({"bc_engine_settings": None}, "bc_engine_settings is null"),
+    ({"bc_textfile_dir": None}, "bc_textfile_dir is null"),
+    ({"bc_engine": ["sglang"]}, "bc_engine"),
+    ({"bc_serial": "12.5%"}, "bc_serial='12.5%'"),
+    ({"bc_lb_remove": dict(HOOK, timeout=1.5), "bc_lb_restore": HOOK}, "bc_lb_remove.timeout must be a whole number"),
+])
+def test_what_the_adversarial_read_found_is_refused(given, message):
+    found = problems(CONTRACT, dict(SITE, **given))
+    assert any(message in m for m in found), found
+
+
+def test_engine_flags_with_token_in_their_name_are_not_secrets():
+    given = {"bc_engine_settings": {"speculative_num_draft_tokens": 8},
+             "bc_engine_extra_args": ["--max-prefill-tokens", "16384", "--tokenizer-path", "/m"]}
+    assert problems(CONTRACT, dict(SITE, **given)) == []
+
+
+def test_hook_secrets_take_the_value_after_a_token_flag_and_the_body_and_messages_never_quote_them():
+    from ansible.module_utils.bc_contract import hook_secrets
+
+    hook = {"argv": ["/usr/local/bin/lb", "--token", "Zq9xSECRET", "--auth=AbcSECRET2"]}
+    assert {"Zq9xSECRET", "AbcSECRET2"} <= set(hook_secrets(hook, {"url": "https://lb/x", "body": {"a": {"t": "BodySECRET3"}}}))
+    assert "BodySECRET3" in hook_secrets({"url": "https://lb/x", "body": {"a": {"t": "BodySECRET3"}}})
+    bad = {"bc_lb_remove": {"argv": ["curl -H 'X-Auth: Zq9xSECRET' https://lb/out"]}, "bc_lb_restore": HOOK}
+    assert not any("Zq9xSECRET" in m for m in problems(CONTRACT, dict(SITE, **bad)))
+
+
+def test_unrepairable_memory_fails_the_gpu():
+    from ansible.module_utils.bc_gpuhealth import judge, parse_smi_xml
+
+    xml = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
+    bad = xml.replace("<unrepairable_memory>No</unrepairable_memory>", "<unrepairable_memory>Yes</unrepairable_memory>")
+    assert judge(parse_smi_xml(xml), [], [])["healthy"]
+    verdict = judge(parse_smi_xml(bad), [], [])
+    assert not verdict["healthy"] and any("unrepairable_memory=True" in p for p in verdict["problems"])
