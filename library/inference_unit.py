@@ -240,6 +240,20 @@ stop_s:
   returned: state=stopped
   type: float
   sample: 6.62
+after_stop:
+  description:
+    - The unit read back after the stop (C(ActiveState), C(Result), C(ExecMainCode), C(ExecMainStatus)). SGLang SIGKILLs
+      its own main process after its drain, which systemd records as C(failed)/C(Result=signal); that failure alone is
+      cleared (RV(reset_failed)) and C(inactive) read back. C(Result=timeout) (the stop ran into C(TimeoutStopSec)), an
+      exit code or the OOM killer stay as they are.
+  returned: state=stopped and the unit was active
+  type: dict
+  sample: {ActiveState: inactive, Result: success, ExecMainCode: "0", ExecMainStatus: "0"}
+reset_failed:
+  description: The stop cleared the engine's own SIGKILL of its main process (see RV(after_stop)).
+  returned: state=stopped
+  type: bool
+  sample: true
 leftover_processes:
   description: The unit's own server processes found after the stop (pid and command line).
   returned: state=stopped

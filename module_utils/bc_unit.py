@@ -245,6 +245,7 @@ class Unit:
         if was_active and not self.check_mode:
             self.systemctl("stop", service, timeout=stop_timeout)  # systemd waits up to TimeoutStopSec, then SIGKILL
         stop_s = round(clock() - t0, 2)
+        after, reset = self.clear_own_kill() if was_active and not self.check_mode else ({}, False)
         # check mode stops nothing, so the running server would count as left behind: nothing to report
         found = [] if self.check_mode else leftovers(members, processes(proc_root), spec)
         killed: list[dict[str, Any]] = []
@@ -271,10 +272,29 @@ class Unit:
                                   "leftover_processes": ["%d %s" % (p["pid"], p["cmd"][:200]) for p in found],
                                   "leftovers_killed": bool(killed),
                                   "other_services_processes": ["%d %s" % (p["pid"], p["service"]) for p in others],
+                                  "after_stop": after, "reset_failed": reset,
                                   "gpu_memory_used_mib": {}}
         if gpu is not None and not self.check_mode:
             report["gpu_memory_used_mib"] = self.wait_gpu_free(gpu, clock, sleep)
         return report
+
+    def clear_own_kill(self) -> tuple[dict[str, str], bool]:
+        """The unit read back after this stop. SGLang ends its drain by SIGKILLing its own main process
+        (kill_process_tree(include_parent=True): utils/common.py 0.5.16:2022-2026), which systemd records
+        as failed/Result=signal after every clean stop: that failure, and only that one, is cleared and
+        `inactive` read back. A stop that ran into TimeoutStopSec (Result=timeout), an exit code or the OOM
+        killer stays as it is."""
+        after = self.show("ActiveState", "Result", "ExecMainCode", "ExecMainStatus")
+        own_kill = (after.get("ActiveState") == "failed" and after.get("Result") == "signal"
+                    and str(after.get("ExecMainStatus")) == str(int(signal.SIGKILL)))
+        if not own_kill:
+            return after, False
+        self.systemctl("reset-failed", self.name + ".service")
+        now = self.show("ActiveState", "Result", "ExecMainCode", "ExecMainStatus")
+        if now.get("ActiveState") != "inactive":
+            raise UnitError("%s.service is still %s after reset-failed (it ended with the engine's own SIGKILL after its "
+                            "drain): see systemctl status" % (self.name, now.get("ActiveState")))
+        return now, True
 
     def wait_gpu_free(self, gpu: dict[str, Any], clock: Callable[[], float], sleep: Callable[[float], None]) -> dict[int, int]:
         """Poll nvidia-smi until every GPU (of gpu['indices']) holds at most gpu['free_mib'] MiB, within

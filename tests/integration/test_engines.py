@@ -92,6 +92,26 @@ def test_the_hung_scheduler_threshold_follows_the_units_health_check_timeout(lab
                 service_after="active (previous unit)", data_kept="sweep results of the run kept", detect_s=waited, run_s=run.seconds)
 
 
+def test_a_stop_by_the_cycle_leaves_the_unit_inactive_though_sglang_kills_itself(lab, reliability):
+    """SGLang SIGKILLs its own main process after its SIGTERM drain (the double does too): systemd marks
+    the unit failed (Result=signal) after every clean stop, and `systemctl --failed`, node_exporter and
+    OnFailure= would see a failure per cycle. The stop reads the unit back and clears exactly that."""
+    extra = serving_ct200_double()
+    since = sh("date +%s").strip()
+    run = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_stop_policy="always"))
+    assert run.rc == 0, run.out[-3000:]
+    log = sh(f"journalctl --no-pager -u sglang-double --since @{since} -o cat")
+    assert "status=9/KILL" in log, log[-2000:]  # the server killed itself after its drain, as SGLang does
+    summary = run.out[run.out.index("Render the reports and summarise the cycle"):]  # the cycle's summary (yaml)
+    assert re.search(r"reset_failed: true", summary) and re.search(r"ActiveState: inactive", summary), summary[:3000]
+    assert sh("systemctl is-failed sglang-double", check=False).strip() == "active"
+    sh("systemctl stop sglang-double")
+    reliability(fault="the engine SIGKILLs itself after its drain", injected="the SGLang double ends its SIGTERM drain with "
+                "kill_process_tree(include_parent=True), as 0.5.16 does", did="the stop read the unit back (failed, "
+                "Result=signal), cleared exactly that failure and read inactive back; started again",
+                service_after="active (SGLang double)", data_kept="full results", detect_s=None, run_s=run.seconds)
+
+
 def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
     extra = serving_ct200_double()
     # the server wants another key than the one the cycle holds: 401 {"error": "Unauthorized"} (utils/auth.py)

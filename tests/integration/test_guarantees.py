@@ -172,8 +172,12 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reli
 
 def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is_touched(llama, reliability):
     before = pid()
-    huge = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_batch_sizes": "1,1000000000"})
+    # Kimi K2.6's full layer on the CPU backend: more memory than the lab host has in all
+    k26 = {"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8, "group_size": 32, "num_bits": 4}
+    huge = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_shape": k26})
     assert huge.rc != 0 and "the sweep cannot run on lab1" in huge.out and "memory in all" in huge.out, huge.out[-2000:]
+    absurd = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_batch_sizes": "1,1000000000"})
+    assert absurd.rc != 0 and "bc_sweep_batch_sizes=1,1000000000: give numbers from 1 to 1048576" in absurd.out, absurd.out[-2000:]
     detached = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_poll_s": 0})
     assert detached.rc != 0 and "bc_sweep_poll_s=0" in detached.out
     budget = playbook("benchmark_cycle.yml", extra_vars={"bc_job_budget_s": 60})
@@ -182,7 +186,7 @@ def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is
     assert bad_env.rc != 0 and "is not an environment variable name" in bad_env.out and "bc_api_key holds whitespace" in bad_env.out
     assert KEY not in bad_env.out
     assert pid() == before and "LD_PRELOAD" not in sh("cat /etc/benchmark-cycle/llama-lab.env")
-    reliability(fault="settings that cannot work", injected="batch sizes 1,1000000000; bc_sweep_poll_s=0; bc_job_budget_s=60; "
+    reliability(fault="settings that cannot work", injected="K2.6's full shape on the CPU; batch sizes 1,1000000000; bc_sweep_poll_s=0; bc_job_budget_s=60; "
                 "an env name with a newline; a key ending in a newline", did="each refused in the preflight naming the field "
                 "(and never the key); nothing touched", service_after=serving() + " (same PID)", data_kept="-", detect_s=None,
                 run_s=huge.seconds)

@@ -30,7 +30,8 @@ systemd. Each behaviour names the source it follows (files of the release's whee
     (entrypoints/openai/serving_completions.py validates only the prompt; the real 0.5.16 answered a
     wrong name with 200 on the H200)
   - SIGTERM (managers/tokenizer_manager.py sigterm_watchdog, 0.5.10:2131-2165): /health* answer 503;
-    "Gracefully exiting... Remaining number of requests N" every 5 s until none, then exit 0; an
+    "Gracefully exiting... Remaining number of requests N" every 5 s until none, then
+    kill_process_tree(include_parent=True): its own main process SIGKILLed (never exit 0); an
     UnHealthy server logs "Signal SIGTERM received while health check failed. Force exiting." and exits
   - memory release (entrypoints/http_server.py 0.5.16:1419-1440, 1622-1646; managers/tokenizer_manager.py
     1730-1749; scheduler_components/weight_updater.py:186-260), as seen on the real 0.5.16 on the H200
@@ -372,7 +373,10 @@ def main() -> None:
                 if remain == 0:
                     break
                 time.sleep(5)
-            server.shutdown()
+            # then kill_process_tree(os.getpid(), include_parent=True): the server SIGKILLs its own main
+            # process (managers/tokenizer_manager.py sigterm_watchdog; utils/common.py 0.5.16:2022-2026; seen on
+            # the H200: ActiveState=failed Result=signal ExecMainStatus=9 after every systemctl stop)
+            os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=watchdog, daemon=True).start()
 
