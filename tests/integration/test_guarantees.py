@@ -186,7 +186,8 @@ def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is
     assert bad_env.rc != 0 and "is not an environment variable name" in bad_env.out and "bc_api_key holds whitespace" in bad_env.out
     assert KEY not in bad_env.out
     assert pid() == before and "LD_PRELOAD" not in sh("cat /etc/benchmark-cycle/llama-lab.env")
-    reliability(fault="settings that cannot work", injected="K2.6's full shape on the CPU; batch sizes 1,1000000000; bc_sweep_poll_s=0; bc_job_budget_s=60; "
+    reliability(fault="settings that cannot work", injected="K2.6's full shape on the CPU; batch sizes 1,1000000000; "
+                "bc_sweep_poll_s=0; bc_job_budget_s=60; "
                 "an env name with a newline; a key ending in a newline", did="each refused in the preflight naming the field "
                 "(and never the key); nothing touched", service_after=serving() + " (same PID)", data_kept="-", detect_s=None,
                 run_s=huge.seconds)
