@@ -179,14 +179,15 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(503)
         elif STATE["status"] == "Starting":
             self.reply(503)
-        elif os.environ.get("BC_DOUBLE_HANG") == "1" or STATE["status"] == "UnHealthy" or STATE["paused"]:
-            time.sleep(HEALTH_CHECK_TIMEOUT)  # no token comes back from the hung scheduler
+        elif os.environ.get("BC_DOUBLE_HANG") == "1" or STATE["paused"]:
+            time.sleep(HEALTH_CHECK_TIMEOUT)  # no token comes back: a hung scheduler, or generation paused
             log("Health check failed. Server couldn't get a response from detokenizer for last %d seconds." % HEALTH_CHECK_TIMEOUT)
             STATE["status"] = "UnHealthy"
             self.reply(503)
-            if STATE["paused"]:  # paused, not hung: the next health check after continue succeeds (Up again)
-                STATE["status"] = "Up"
         else:
+            # http_server.py 0.5.16:674-676: a check that sees output sets the server healthy again (after a
+            # pause, the next check after continue)
+            STATE["status"] = "Up"
             self.reply(200)
 
     def do_GET(self) -> None:
