@@ -51,7 +51,7 @@ def untouched(run: Run, before: str) -> None:
     ({"bc_lb_required": True}, "bc_lb_remove and bc_lb_restore are not given"),
     ({"bc_serial": 0}, "bc_serial=0"),
     ({"bc_serial": "-1"}, "bc_serial='-1'"),
-    ({"bc_sweep_iters": 0}, "bc_sweep_iters=0: give a number from 1"),
+    ({"bc_sweep_iters": 0}, "bc_sweep_iters=0: give a number from 3"),
     ({"bc_probe_expect": ""}, "bc_probe_expect is empty"),
     ({"bc_engine": "llama.cpp"}, "value of bc_engine must be one of: llamacpp, sglang, vllm, got: llama.cpp"),
     ({"bc_api_key": KEY, "bc_engine_extra_args": ["--api-key", KEY]}, "bc_engine_extra_args[0] carries a secret"),

@@ -59,12 +59,16 @@ def test_rolling_cycle_keeps_capacity_and_a_failure_stops_the_roll(tmp_path, rel
     inv = tmp_path / "inv"
     shutil.copytree(ROOT / "inventory/lab", inv, symlinks=True, ignore=shutil.ignore_patterns("host_vars"))
     (inv / "host_vars").mkdir()
-    (inv / "host_vars" / "lab2.yml").write_text("bc_sweep_iters: 1\n")  # refused by the module, after the stop
+    # an interpreter that passes the preflight's import check and whose sweep exits 3: a failure after the stop
+    subprocess.run(["podman", "exec", "bc-lab-2", "sh", "-c", "printf '#!/bin/sh\\ncase \"$1\" in -c) exec /opt/bench-venv/bin/python "
+                    "\"$@\";; esac\\nexit 3\\n' > /usr/local/bin/failing-python && chmod +x /usr/local/bin/failing-python"],
+                   check=True, timeout=60)
+    (inv / "host_vars" / "lab2.yml").write_text("bc_sweep_python: /usr/local/bin/failing-python\n")
     before = subprocess.run(["podman", "exec", "bc-lab-3", "systemctl", "show", "-p", "ExecMainPID", "--value", "llama-lab"],
                             capture_output=True, text=True, check=True).stdout
     run, samples = roll(inv)
     assert run.rc != 0
-    assert "iters must be >= 3" in run.out and "the service was started again" in run.out
+    assert "the cycle failed at" in run.out and "the service was started again" in run.out
     after = subprocess.run(["podman", "exec", "bc-lab-3", "systemctl", "show", "-p", "ExecMainPID", "--value", "llama-lab"],
                            capture_output=True, text=True, check=True).stdout
     assert before == after  # lab3 kept serving, untouched
@@ -73,7 +77,7 @@ def test_rolling_cycle_keeps_capacity_and_a_failure_stops_the_roll(tmp_path, rel
     down_per_second = [row.count(False) for row in samples]
     assert max(down_per_second) <= 1, samples
     states = "; ".join(f"lab{i}: " + serving(container=f"bc-lab-{i}") for i in (1, 2, 3))
-    reliability(fault="a host fails mid-roll", injected="3 hosts, serial 1; lab2's sweep refused after its stop",
+    reliability(fault="a host fails mid-roll", injected="3 hosts, serial 1; lab2's sweep exits 3 after its stop",
                 did="lab1 cycled; lab2 restarted and awaited, then the roll stopped (max_fail_percentage 0); lab3 never touched; "
                     f"at most {max(down_per_second)} host down in any 1 s sample",
                 service_after=states, data_kept="lab1's full results", detect_s=None, run_s=run.seconds)

@@ -31,7 +31,7 @@ HOOK = {"argv": ["/usr/local/bin/lb", "remove", "ct200"]}
     ({"bc_serial": []}, "bc_serial is empty"), ({"bc_serial": "150%"}, "bc_serial='150%'"),
     ({"bc_max_fail_percentage": -5}, "bc_max_fail_percentage=-5"),
     # a sweep that would refuse only after the service was stopped
-    ({"bc_sweep_iters": 0}, "bc_sweep_iters=0: give a number from 1"),
+    ({"bc_sweep_iters": 0}, "bc_sweep_iters=0: give a number from 3"),
     ({"bc_sweep_shape": {"num_experts": 384, "hidden": 7168}}, "bc_sweep_shape: unknown key(s) hidden"),
     # a known answer that every answer contains
     ({"bc_probe_expect": ""}, "bc_probe_expect is empty: every answer contains the empty text"),
