@@ -24,9 +24,7 @@ description:
     C(nvidia-smi) waits until the GPU memory is freed.
   - O(state=started) clears the start-rate counter (C(reset-failed)) and starts the unit without
     waiting for the start job (readiness is a separate probe, M(inference_health)). O(state=restarted)
-    does the same for a unit that runs (a server whose memory state is not known: paused, released, a failed
-    resume), ending it first with SIGKILL to all its processes, since a paused SGLang server's SIGTERM drain
-    waits for every request its front end holds until C(TimeoutStopSec); the stop is bounded whatever it holds.
+    does the same, and restarts a unit that runs (a server whose memory state is not known).
   - O(state=sweep_ended) kills this cycle's sweep (O(sweep_tag)) if it still runs, and nothing else
     (before a released server takes its memory back); it returns the unit's RV(invocation_id).
   - O(state=rolled_back) puts back the files that this cycle's O(state=present) replaced (keyed by

@@ -328,14 +328,10 @@ class Unit:
         if sweep_tag:
             parts.append("pkill -KILL -f -- %s" % shlex.quote("--tag " + re.escape(sweep_tag)))
             parts.append("sleep 2")
+        parts.append("systemctl reset-failed -- %s" % shlex.quote(self.name + ".service"))
         if action not in ("start", "restart"):
             raise UnitError("the dead-man switch of %s can start or restart it, not %r" % (self.name, action))
-        unit = shlex.quote(self.name + ".service")
-        if action == "restart":  # a paused server's SIGTERM drain waits for what its front end holds: killed, bounded
-            parts.append("systemctl kill --kill-whom=all --signal=SIGKILL -- %s" % unit)
-            parts.append("sleep 2")
-        parts.append("systemctl reset-failed -- %s" % unit)
-        parts.append("systemctl start --no-block -- %s" % unit)
+        parts.append("systemctl %s --no-block -- %s" % (action, shlex.quote(self.name + ".service")))
         return ["/bin/sh", "-c", "; ".join(parts)]
 
     def arm(self, after_s: int, sweep_tag: str | None, action: str = "start") -> dict[str, Any]:
@@ -403,26 +399,11 @@ class Unit:
         ended = self.end_sweep(sweep_tag)
         # systemd counts deliberate starts against StartLimitBurst too; reset-failed also sets
         # NRestarts to 0 (service_reset_failed), the baseline a crash loop is measured from
-        if restart and state in ACTIVE_STATES:
-            self.kill_bounded()
         self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
         if changed:
-            self.systemctl("start", "--no-block", self.name + ".service")
+            self.systemctl("restart" if restart else "start", "--no-block", self.name + ".service")
         self.disarm()
         return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended, "invocation_id": invocation}
-
-    def kill_bounded(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                     wait_s: float = 30) -> None:
-        """End a server whose state is not known (paused, released, a failed resume) within a bound that
-        does not depend on its front end: SGLang's SIGTERM handler drains every request it holds
-        (tokenizer_manager.py sigterm_watchdog loops while rid_to_state is not empty, "Remaining number of
-        requests N" every 5 s), and a paused server holds every new request until continue, so a stop
-        would last until TimeoutStopSec (105 s measured on the H200). What it holds could never be served
-        (its generation paused, its memory released); what ran was aborted by the pause."""
-        self.systemctl("kill", "--kill-whom=all", "--signal=SIGKILL", self.name + ".service", ok=(0, 1))
-        deadline = clock() + wait_s
-        while self.show("ActiveState").get("ActiveState") in ACTIVE_STATES and clock() < deadline:
-            sleep(0.2)
 
     def rollback(self) -> dict[str, Any]:
         """Put back what this cycle's install replaced, and only that; without such files there is

@@ -48,8 +48,7 @@ Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_
 BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER,
 BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_GPU, BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a
 release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory) or noop
-(the resume answers 200 and takes nothing back: a memory saver that failed quietly) or error (the resume answers 400
-and the server stays released and paused), BC_DOUBLE_RELEASE_FAILS=crash
+(the resume answers 200 and takes nothing back: a memory saver that failed quietly), BC_DOUBLE_RELEASE_FAILS=crash
 (the release dies in the memory saver), BC_DOUBLE_API_KEY (the key the server wants, whatever its arguments say:
 a server that holds another key than the cycle's).
 """
@@ -70,7 +69,7 @@ from typing import Any
 
 VERSION = os.environ.get("BC_DOUBLE_SGLANG_VERSION", "0.5.10")
 STATE: dict[str, Any] = {"status": "Starting", "running": 0, "queued": 0, "exiting": False,
-                         "gauge_running": 0, "gauge_queued": 0, "paused": False, "aborts": 0, "released": set(), "held": 0}
+                         "gauge_running": 0, "gauge_queued": 0, "paused": False, "aborts": 0, "released": set()}
 LOCK = threading.Lock()
 UNPAUSED = threading.Condition(LOCK)
 ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # GPU_MEMORY_ALL_TYPES
@@ -245,9 +244,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         req = self.body()
         with UNPAUSED:  # tokenizer_manager.py:654: a request waits in the front end while paused
-            STATE["held"] += 1  # in rid_to_state already: the SIGTERM drain counts it
             UNPAUSED.wait_for(lambda: not STATE["paused"])
-            STATE["held"] -= 1
             STATE["running"] += 1
             aborts = STATE["aborts"]
         try:
@@ -300,9 +297,6 @@ class Handler(BaseHTTPRequestHandler):
                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00 GiB."])
         if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "noop":
             self.reply(200, b"null")  # answered, nothing taken back
-            return
-        if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "error":  # refused: still released, still paused
-            self.reply(400, {"error": {"message": "resume_memory_occupation failed: torch_memory_saver is busy"}})
             return
         for tag in req.get("tags") or ALL_TAGS:
             if tag not in STATE["released"]:
@@ -375,7 +369,7 @@ def main() -> None:
                     log("Signal SIGTERM received while health check failed. Force exiting.")
                     os._exit(1)
                 with LOCK:
-                    remain = STATE["running"] + STATE["queued"] + STATE["held"]
+                    remain = STATE["running"] + STATE["queued"]
                 log("Gracefully exiting... Remaining number of requests %d. Remaining requests remaining_rids=[]." % remain)
                 if remain == 0:
                     break
