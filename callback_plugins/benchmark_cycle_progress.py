@@ -14,23 +14,6 @@ the step's time and the message of each failure (a failure that was rescued stil
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from typing import Any
-
-import ansible.module_utils
-from ansible.plugins.callback import CallbackBase
-
-# the project's shared code under its one import path, ansible.module_utils.bc_* (see filter_plugins/bc_filters.py)
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MODULE_UTILS)
-
-from ansible.module_utils.bc_export import junit  # noqa: E402
-from ansible.module_utils.bc_health import reload_line  # noqa: E402
-from ansible.module_utils.bc_host import redact  # noqa: E402
-
 DOCUMENTATION = r"""
 name: benchmark_cycle_progress
 type: aggregate
@@ -40,7 +23,9 @@ description:
     the phase, the last start-up stage from the journal and the retries left.
   - With O(event_log), appends the cycle's timeline as JSON lines (task starts and results).
 requirements:
-  - enable in ansible.cfg with C(callbacks_enabled = benchmark_cycle_progress)
+  - enable in ansible.cfg with C(callbacks_enabled = benchmark_cycle_progress), or from the collection with
+    C(callbacks_enabled = inference_ops.benchmark_cycle.benchmark_cycle_progress); run from the collection, the
+    roles' tasks are named by the roles' FQCN in its JUnit file and event log (C(inference_ops.benchmark_cycle.service_drain))
 options:
   event_log:
     description: File to append the timeline to (JSON lines); unset writes none.
@@ -59,6 +44,31 @@ options:
       - section: benchmark_cycle_progress
         key: junit_file
 """
+
+
+import json
+import os
+import time
+from typing import Any
+
+
+# >>> project layout only (collection/build.py drops this block: the collection imports its own module_utils)
+def _register_module_utils() -> None:
+    """The project's shared code under its one import path, ansible.module_utils.bc_* (see filter_plugins/bc_filters.py)."""
+    import ansible.module_utils  # noqa: PLC0415 - the registration runs first, and only in the project layout
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+    if path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(path)
+
+
+_register_module_utils()
+# <<< project layout only
+
+from ansible.module_utils.bc_export import junit
+from ansible.module_utils.bc_health import reload_line
+from ansible.module_utils.bc_host import redact
+from ansible.plugins.callback import CallbackBase
 
 
 class CallbackModule(CallbackBase):

@@ -5,19 +5,28 @@
 from __future__ import annotations
 
 import difflib
-import os
+import json
 import re
 from typing import Any
 
-import ansible.module_utils
 
-# One import path for the project's shared code, on the controller as on the hosts:
-# ansible.module_utils.bc_* (AnsiballZ ships module_utils/ to the modules, ansible.cfg's
-# module_utils setting; the plugins register the same folder on that package's path), so each
-# file is loaded once, under one name, by modules, plugins, tests and the sweep's worker alike.
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MODULE_UTILS)
+# >>> project layout only (collection/build.py drops this block: the collection imports its own module_utils)
+def _register_module_utils() -> None:
+    """One import path for the project's shared code, on the controller as on the hosts:
+    ansible.module_utils.bc_* (AnsiballZ ships module_utils/ to the modules, ansible.cfg's
+    module_utils setting; the plugins register the same folder on that package's path), so each
+    file is loaded once, under one name, by modules, plugins, tests and the sweep's worker alike."""
+    import os  # noqa: PLC0415 - used by this block only
+
+    import ansible.module_utils  # noqa: PLC0415 - the registration runs first, and only in the project layout
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+    if path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(path)
+
+
+_register_module_utils()
+# <<< project layout only
 
 from ansible.module_utils.bc_contract import (
     CONTROL,
@@ -35,8 +44,8 @@ from ansible.module_utils.bc_contract import problems as _problems
 from ansible.module_utils.bc_engines import flag_for_version, profile
 from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_health import reload_line
+from ansible.module_utils.bc_host import parse_show, vmstat
 from ansible.module_utils.bc_host import redact as _redact
-from ansible.module_utils.bc_host import vmstat
 from ansible.module_utils.bc_strategy import choose
 from ansible.module_utils.bc_sweepstats import knee as _knee
 from ansible.module_utils.bc_sweepstats import (
@@ -145,6 +154,16 @@ def api_key_transport(engine: str) -> dict[str, str]:
     return dict(profile(engine)["api_key"])
 
 
+CONTROLLER_ID = re.compile(r"^[^/\s]+/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/pid:\[\d+\]$")
+
+
+def same_pid_table(holder_id: Any, mine: Any) -> bool:
+    """Whether a lock holder's controller sees the same process table as this one: its host name, kernel boot
+    (boot_id) and pid namespace are ours. Only then does a missing pid prove the holder dead: a twin host name
+    (AWX job pods, containers) or a controller without /proc (an id that is not whole) never does."""
+    return isinstance(holder_id, str) and holder_id == mine and bool(CONTROLLER_ID.match(holder_id))
+
+
 def redact(text: Any, secrets: Any = ()) -> str:
     """`text` with the given secret values and every secret-looking field's value removed."""
     values = [secrets] if isinstance(secrets, str) else list(secrets or [])
@@ -214,7 +233,7 @@ def cycle_budget(phases: dict[str, Any]) -> dict[str, Any]:
 def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None) -> dict[str, Any]:
     """The cycle's strategy (beside, release or stop) and why, from the preflight's numbers:
     `sizing` has fits, has_gpu, need_mib (with the margin) and free_mib (the sweep's preflight);
-    `support` is inference_memory's state=info (None when the server was not asked). A release asked
+    `support` is inference_memory_info's result (None when the server was not asked). A release asked
     for that cannot be done gives strategy None and the error naming the fix."""
     numbers = {"fits": bool(sizing.get("fits")), "has_gpu": bool(sizing.get("has_gpu")),
                "need_mib": int(sizing.get("need_mib") or 0), "free_mib": int(sizing.get("free_mib") or 0)}
@@ -222,6 +241,46 @@ def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None
         return dict(choose(str(policy), numbers, support), need_mib=numbers["need_mib"], error="")
     except ValueError as err:
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
+
+
+def systemctl_show(text: str) -> list[dict[str, Any]]:
+    """`systemctl show -p ... UNIT1 UNIT2` output -> one {property: value} per unit, in order (systemctl
+    separates the units by a blank line); a unit systemd does not know reads as inactive, as systemctl says."""
+    return [parse_show(block) for block in str(text).strip().split("\n\n")] if str(text).strip() else []
+
+
+def lock_state(owner_text: str | None, heartbeat_text: str | None, mtime: float | None, now: float) -> dict[str, Any]:
+    """The lock as read from the host (its owner.json and heartbeat texts, None when absent; its directory's mtime,
+    None when there is no lock; the host's clock): held, holder (with its record), age_s and promised_in_s (seconds
+    until the holder's controller's promise of a next contact runs out, negative once broken; None without one)."""
+    try:
+        holder = json.loads(owner_text) if owner_text else {}
+    except ValueError:
+        holder = {"token": "unknown (no readable owner.json)"}
+    beat = str(heartbeat_text or "").strip()
+    return {"held": mtime is not None, "holder": holder if isinstance(holder, dict) else {},
+            "age_s": int(now - mtime) if mtime is not None else None,
+            "promised_in_s": int(beat) - int(now) if re.fullmatch(r"\d{1,12}", beat) else None}
+
+
+def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
+    """What a dead cycle left on `host`, in one sentence: the lock (holder, age, the heartbeat's promise, its record),
+    the unit's state and whether its dead-man switch is armed (`found`: lock, unit, switch)."""
+    lock, holder = found.get("lock") or {}, (found.get("lock") or {}).get("holder") or {}
+    if lock.get("held"):
+        promised = lock.get("promised_in_s")
+        beat = ("its controller left no heartbeat" if promised is None
+                else "its controller promised its next contact within %d s" % promised if promised > 0
+                else "its controller broke its promise of a next contact %d s ago" % -promised)
+        said = "the lock is held by cycle %s (%s@%s, %s s old; %s); it records %s" % (
+            holder.get("token", "?"), holder.get("user", "?"), holder.get("controller", "?"), lock.get("age_s"), beat,
+            json.dumps(holder.get("record") or {}, sort_keys=True))
+    else:
+        said = "no lock"
+    state = found.get("unit") or {}
+    armed = (found.get("switch") or {}).get("ActiveState") == "active"
+    return "%s: %s; %s is %s (%s); the dead-man switch is %s" % (
+        host, said, unit, state.get("ActiveState", "?"), state.get("SubState", "?"), "ARMED" if armed else "not armed")
 
 
 class FilterModule:
@@ -240,5 +299,6 @@ class FilterModule:
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
-            "bc_prom_textfile": prom_textfile,
+            "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table, "bc_systemctl_show": systemctl_show,
+            "bc_lock_state": lock_state, "bc_recovery_findings": recovery_findings,
         }

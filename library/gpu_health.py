@@ -20,13 +20,8 @@ description:
     nvidia-smi (a wedged GPU) is a problem, not a hung task.
   - A host without nvidia-smi has no GPU to judge, RV(checked) is false and RV(healthy) true.
 version_added: "1.0.0"
-author: benchmark-cycle contributors
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; it runs in check mode.
-  diff_mode:
-    support: none
+extends_documentation_fragment: [cycle_heartbeat, read_only]
+author: benchmark-cycle contributors (!UNKNOWN)
 options:
   since:
     description: Epoch seconds; XID lines of the kernel log from then on count (0 counts all since boot).
@@ -183,7 +178,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, rules_problems, xid_events
-from ansible.module_utils.bc_host import CommandError, check_timeout
+from ansible.module_utils.bc_host import HEARTBEAT_OPTION, CommandError, beat_for, check_timeout
 from ansible.module_utils.bc_host import run as host_run
 
 
@@ -242,6 +237,7 @@ SPEC: dict[str, Any] = {
     "command_timeout": {"type": "float", "default": 120},
     "phase": {"type": "str", "choices": ["pre", "post"], "default": "pre"},
     "expect": {"type": "list", "elements": "str", "default": []},
+    "heartbeat": HEARTBEAT_OPTION,
 }
 
 
@@ -275,6 +271,8 @@ def main() -> None:
         check_timeout(p["command_timeout"], "command_timeout", 3600)
     except ValueError as err:
         module.fail_json(msg=str(err))
+    # nvidia-smi, the kernel log and DCGM's diagnostic: command_timeout each at most
+    beat_for(module, 3 * p["command_timeout"], time.time())
     bad = rules_problems(p["rules"])
     if bad:
         module.fail_json(msg="rules: " + "; ".join(bad))

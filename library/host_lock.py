@@ -1,7 +1,8 @@
 #!/usr/bin/python
 # Copyright: benchmark-cycle contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ansible module: an exclusive per-host lock (a directory made with one atomic mkdir)."""
+"""Ansible module: an exclusive per-host lock (a directory made with one atomic mkdir; a dead holder's
+lock taken over under a flock, so that exactly one of concurrent take-overs wins)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ description:
     out belongs to a dead cycle, whatever controller ran it (under AWX each job runs in a new
     container). It is taken over, and its record returned, so that the new cycle finishes the dead
     one's work (start the service, put it back in the router).
+  - So does a lock whose controller broke its heartbeat's promise of a next contact (the file C(heartbeat) in the
+    lock, written by every contact of the cycle from the arm of its dead-man switch to the start - see the
+    C(heartbeat) option of M(inference_unit)). A heartbeat that cannot be read proves nothing; the lease decides.
+  - A take-over is atomic - under an exclusive C(flock) of the guard file C(.<name>.guard) beside the lock (hidden,
+    empty and kept, so that a listing shows only locks) the holder is read again and replaced in place only if it is
+    still the one judged dead (same token, no heartbeat since); the lock directory is never removed meanwhile. Of
+    any number of concurrent take-overs exactly one wins and inherits the record. The holder's renewals, records and
+    release go through the same guard.
 version_added: "1.0.0"
 options:
   path: {description: Lock directory., type: path, required: true}
@@ -41,10 +50,10 @@ options:
         e.g. a playbook on the same controller whose process is gone).
     type: str
 author:
-  - benchmark-cycle contributors
+  - benchmark-cycle contributors (!UNKNOWN)
 attributes:
   check_mode: {support: full, description: Reports whether the lock could be taken; takes nothing.}
-  diff_mode: {support: none}
+  diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: inference_unit
     description: >-
@@ -116,12 +125,20 @@ age_s:
   type: int
   sample: 6880
 expired:
-  description: The lock was taken over because its holder's lease had run out (always true when returned).
+  description: >-
+    The lock was taken over because its holder was dead - its lease, or its heartbeat's promise, had run out
+    (always true when returned).
+  returned: when an expired lock was taken over
+  type: bool
+  sample: true
+heartbeat_ran_out:
+  description: The holder's controller broke its heartbeat's promise of a next contact (else its lease had run out).
   returned: when an expired lock was taken over
   type: bool
   sample: true
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -130,7 +147,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_host import write_atomic
+from ansible.module_utils.bc_host import Guard, LockError, beat_until, write_atomic
 
 
 def read_owner(path: str) -> dict[str, Any]:
@@ -154,20 +171,29 @@ def take(path: str, owner: dict[str, Any]) -> bool:
     return True
 
 
-def expired(holder: dict[str, Any], now: float) -> bool:
-    """The holder's lease ran out: it renews it while it lives, so it is dead."""
+def expired(holder: dict[str, Any], now: float, promised: int | None = None) -> bool:
+    """The holder is dead: its heartbeat's promise of a next contact ran out (`promised`, the heartbeat file its
+    contacts write), or its lease did (it renews both while it lives). A heartbeat that cannot be read proves
+    nothing: the lease decides then (a live holder's lock is never taken on an unknown)."""
+    if promised is not None and now > promised:
+        return True
     expires = holder.get("expires")
     return isinstance(expires, (int, float)) and expires > 0 and now > expires
+
+
+def heartbeat_file(path: str) -> str:
+    """The controller's heartbeat in the lock (bc_host.beat writes it; the host's dead-man switch reads it)."""
+    return os.path.join(path, "heartbeat")
 
 
 SPEC: dict[str, Any] = {
     "path": {"type": "path", "required": True},
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-    "token": {"type": "str", "required": True},
+    "token": {"type": "str", "required": True, "no_log": False},  # the cycle's name for its lock, printed in every refusal
     "owner": {"type": "dict", "default": {}},
     "stale_after": {"type": "int", "default": 7200},
     "break_stale": {"type": "bool", "default": False},
-    "break_token": {"type": "str"},
+    "break_token": {"type": "str", "no_log": False},  # names a lock to take over; grants nothing by itself
     "record": {"type": "dict", "default": {}},
     "expires_in": {"type": "int", "default": 0},
     "take_expired": {"type": "bool", "default": True},
@@ -186,13 +212,43 @@ def problem(p: dict[str, Any]) -> str:
     return ""
 
 
-def take_over(module: AnsibleModule, owner: dict[str, Any], holder: dict[str, Any], age: int, what: str, **extra: Any) -> None:
-    """Remove a dead holder's lock and take it; another cycle that takes it first wins, and this fails."""
+def claim(path: str, owner: dict[str, Any], judged: dict[str, Any], promised: int | None = None,
+          new_promise: int | None = None) -> dict[str, Any] | None:
+    """Take the lock from the holder `judged` dead, atomically: under an exclusive flock of a file beside
+    the lock, the holder is read again and replaced in place only if it is still that one (same token, no
+    heartbeat since); the directory is never removed, so a newcomer's mkdir keeps failing meanwhile.
+    Exactly one of any number of concurrent take-overs sees the dead holder; the others see the winner,
+    alive. Returns the holder taken over, or None. The kernel drops the flock if this process dies."""
+    with Guard(path):
+        if not os.path.isdir(path):
+            return None  # released meanwhile: a plain take decides
+        holder = read_owner(path)
+        if holder.get("token") != judged.get("token") or holder.get("heartbeat") != judged.get("heartbeat"):
+            return None  # taken over by another cycle, or its holder renewed it: alive
+        if beat_until(heartbeat_file(path)) != promised:
+            return None  # its controller made contact since: alive
+        # the dead holder's switch may still be armed: it now waits for the new holder (its lease), whose own arm
+        # replaces it - it must not fire into the new cycle's drain, nor stay silent if the new holder dies too
+        if new_promise is not None:
+            write_atomic(heartbeat_file(path), "%d\n" % new_promise, 0o600)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(heartbeat_file(path))
+        write_owner(path, owner)
+        return holder
+
+
+def take_over(module: AnsibleModule, owner: dict[str, Any], holder: dict[str, Any], age: int, what: str,
+              promised: int | None = None, **extra: Any) -> None:
+    """Take a dead holder's lock (claim); another cycle that takes it first wins, and this fails."""
     path = module.params["path"]
-    shutil.rmtree(path, ignore_errors=True)
-    if take(path, owner):
-        module.exit_json(changed=True, holder=owner, broken=True, broken_holder=holder, age_s=age, **extra)
-    module.fail_json(msg="%s %s but another cycle took it first" % (what, path))
+    lease = module.params["expires_in"] or module.params["stale_after"]
+    taken = claim(path, owner, holder, promised, int(time.time()) + lease)
+    if taken is not None:
+        module.exit_json(changed=True, holder=owner, broken=True, broken_holder=taken, age_s=age, **extra)
+    module.fail_json(msg="%s %s but another cycle took it first (or its holder renewed it): %s"
+                     % (what, path, json.dumps({k: v for k, v in read_owner(path).items() if k in ("token", "controller", "pid")})
+                        if os.path.isdir(path) else "it is free now; run again"))
 
 
 def refusal(p: dict[str, Any], holder: dict[str, Any], age: int, now: float) -> str:
@@ -203,11 +259,16 @@ def refusal(p: dict[str, Any], holder: dict[str, Any], age: int, now: float) -> 
         holder.get("pid", "?"), age,
         "; its lease runs %d s more (a dead holder's lock is taken over once it ends)" % (lease - now)
         if isinstance(lease, (int, float)) and lease > now else "")
-    if age >= p["stale_after"]:
+    if p["break_token"] and p["break_token"] != holder.get("token"):
+        hint = ("The token given to break (%s) is not its holder's: nothing was broken. Give the holder's token if that "
+                "cycle is gone." % p["break_token"])
+    elif age >= p["stale_after"]:
         hint = ("It is older than stale_after=%d s and may be stale: if that cycle is gone, re-run with "
-                "-e bc_lock_break=true to break it." % p["stale_after"])
+                "-e bc_lock_break=true to break it, or -e bc_lock_break_token=%s." % (p["stale_after"], holder.get("token")))
     else:
-        hint = "Wait for it to finish; it is younger than stale_after=%d s, so it cannot be broken." % p["stale_after"]
+        hint = ("Wait for it to finish (a holder whose controller stops its heartbeat is taken over at once). If that cycle "
+                "is gone (its AWX job cancelled, its controller lost), re-run with -e bc_lock_break_token=%s (the AWX "
+                "survey's \"Break the lock of a cycle that is gone\"): that lock, and no other, is taken over." % holder.get("token"))
     return "another benchmark cycle holds %s: %s. %s" % (p["path"], who, hint)
 
 
@@ -218,12 +279,31 @@ def main() -> None:
     bad = problem(p)
     if bad:
         module.fail_json(msg=bad)
-    if p["state"] == "absent":
+    try:
+        if p["state"] == "absent":
+            module.exit_json(**release(path, p["token"], module.check_mode))
+        present(module)
+    except LockError as exc:
+        module.fail_json(msg=str(exc))
+
+
+def release(path: str, token: str, check_mode: bool) -> dict[str, Any]:
+    """Remove the lock if this cycle holds it (under the guard: never one taken over meanwhile)."""
+    if check_mode or not os.path.isdir(path):
         holder = read_owner(path) if os.path.isdir(path) else {}
-        mine = holder.get("token") == p["token"]
-        if mine and not module.check_mode:
+        mine = holder.get("token") == token
+        return {"changed": mine, "holder": holder, "released": mine}
+    with Guard(path):
+        holder = read_owner(path) if os.path.isdir(path) else {}
+        mine = holder.get("token") == token
+        if mine:
             shutil.rmtree(path)
-        module.exit_json(changed=mine, holder=holder, released=mine)
+    return {"changed": mine, "holder": holder, "released": mine}
+
+
+def present(module: AnsibleModule) -> None:
+    p = module.params
+    path = p["path"]
     now = time.time()
     owner = dict(p["owner"], token=p["token"], started=datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - hosts may run Python < 3.11
                  heartbeat=now, expires=now + p["expires_in"] if p["expires_in"] else 0, record=p["record"])
@@ -231,20 +311,30 @@ def main() -> None:
         module.exit_json(changed=not os.path.isdir(path), holder=read_owner(path) if os.path.isdir(path) else owner)
     if take(path, owner):
         module.exit_json(changed=True, holder=owner, broken=False)
-    holder = read_owner(path)
-    if holder.get("token") == p["token"]:  # the holder again: renew the heartbeat and lease, merge its record
-        holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
-        if p["expires_in"]:
-            holder["expires"] = now + p["expires_in"]
-        write_owner(path, holder)
+    with Guard(path):  # the holder again: renew the heartbeat and lease, merge its record - if it still holds it
+        holder = read_owner(path)
+        mine = holder.get("token") == p["token"]
+        if mine:
+            holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
+            if p["expires_in"]:
+                holder["expires"] = now + p["expires_in"]
+            write_owner(path, holder)
+    if mine:
         module.exit_json(changed=bool(p["record"]), holder=holder, broken=False)
-    age = int(now - os.stat(path).st_mtime)
-    if p["take_expired"] and expired(holder, now):
-        take_over(module, owner, holder, age, "took over the expired lock", expired=True)
+    if take(path, owner):  # released meanwhile
+        module.exit_json(changed=True, holder=owner, broken=False)
+    try:
+        age = int(now - os.stat(path).st_mtime)
+    except FileNotFoundError:
+        module.fail_json(msg="the lock %s changed hands while it was read: run again" % path)
+    promised = beat_until(heartbeat_file(path))
+    if p["take_expired"] and expired(holder, now, promised):
+        take_over(module, owner, holder, age, "took over the expired lock", promised, expired=True,
+                  heartbeat_ran_out=promised is not None and now > promised)
     if p["break_token"] and holder.get("token") == p["break_token"]:
-        take_over(module, owner, holder, age, "broke the dead holder's lock")
+        take_over(module, owner, holder, age, "broke the dead holder's lock", promised)
     if age >= p["stale_after"] and p["break_stale"]:
-        take_over(module, owner, holder, age, "broke the stale lock")
+        take_over(module, owner, holder, age, "broke the stale lock", promised)
     module.fail_json(msg=refusal(p, holder, age, now), holder=holder, age_s=age)
 
 

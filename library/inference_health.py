@@ -13,10 +13,11 @@ description:
   - Makes one probe of an OpenAI-compatible inference server and, when O(unit) is given, reads
     the systemd unit's state and its journal since the unit started.
   - Returns structured facts on every call, ready or not, so that a task can wait with
-    C(until) on C(result.ready) or C(result.phase == 'failed'), with O(retries) and O(delay), as long as a reload takes.
-  - Fails only when waiting is pointless - the unit failed, stopped, restarted since
+    C(until) on C(result.ready) or C(result.phase == 'failed'), with C(retries) and C(delay), as long as a reload takes.
+  - Fails only when waiting is pointless - the unit failed, stopped (deactivating with no start job queued), restarted since
     O(restarts_baseline), logged a fatal start-up error, or a ready server gave a wrong answer.
-  - O(probe=load) reads the engine's in-flight work, for draining (SGLang's live C(/v1/loads), the others' gauges).
+  - O(probe=load) reads the engine's in-flight work, for draining (SGLang's C(/v1/loads) and its HTTP front end's live
+    gauge, the others' gauges).
   - What each engine answers while it starts is data (module_utils/bc_engines.py), not code.
 version_added: "1.0.0"
 options:
@@ -98,7 +99,7 @@ options:
     description:
       - Wall-clock end of the whole wait this probe belongs to (seconds since the epoch, on the host's clock). The
         HTTP request is cut at what is left of it (at least 1 s) and C(deadline_passed) says when it is over, so a
-        wait of O(retries) probes ends at the deadline however slowly the server answers.
+        wait of C(retries) probes ends at the deadline however slowly the server answers.
     type: float
   secrets:
     description: Values removed from every text this module returns (journal lines, errors), besides O(api_key).
@@ -106,10 +107,10 @@ options:
     elements: str
     default: []
 author:
-  - benchmark-cycle contributors
+  - benchmark-cycle contributors (!UNKNOWN)
 attributes:
   check_mode: {support: full, description: A probe changes nothing.}
-  diff_mode: {support: none}
+  diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: inference_unit
     description: >-
@@ -156,7 +157,10 @@ ready:
   type: bool
   sample: false
 phase:
-  description: One of C(down), C(loading), C(warming), C(ready), C(failed).
+  description:
+    - One of C(down), C(loading), C(warming), C(ready), C(failed), or C(restarting) (the unit is deactivating or inactive
+      with a start or restart job queued - the first half of a restart, or a start systemd has not run yet, which readiness
+      waits out).
   returned: always
   type: str
   sample: warming
@@ -183,7 +187,9 @@ url:
 unit_state:
   description:
     - C(systemctl show) of O(unit) - Id, ActiveState, SubState, NRestarts, ExecMainStatus, ExecMainPID,
-      InactiveExitTimestampMonotonic, ActiveEnterTimestampMonotonic, InvocationID, LoadState (numbers as integers).
+      InactiveExitTimestampMonotonic, ActiveEnterTimestampMonotonic, InvocationID, LoadState (numbers as integers);
+      while it is deactivating or inactive also JobType, the type of the job systemd holds for it (C(systemctl list-jobs)),
+      empty for none.
   returned: when O(unit) is set
   type: dict
   sample:
@@ -220,7 +226,11 @@ answer:
   type: str
   sample: "4444"
 in_flight:
-  description: Running + queued requests; null when unknown (metrics off, an error status, a timeout) - unknown is not zero.
+  description:
+    - Running + queued requests; null when unknown (metrics off, an error status, a timeout) - unknown is not zero.
+    - For SGLang, the larger of the scheduler's count (C(/v1/loads)) and the requests its HTTP front end holds
+      (C(sglang:http_requests_active) less health checks, scrapes and control calls), since C(/v1/loads) never counts
+      the front end, and from 0.5.16 it is a snapshot; without that gauge (metrics off) the count is unknown.
   returned: when O(probe=load) and the probe did not fail
   type: float
   sample: 4.0
@@ -228,7 +238,7 @@ in_flight_by_metric:
   description: Each in-flight count read, by its JSON path (SGLang's C(/v1/loads)) or Prometheus gauge name.
   returned: when O(probe=load) and the probe did not fail
   type: dict
-  sample: {"loads[].num_running_reqs": 3.0, "loads[].num_waiting_reqs": 1.0}
+  sample: {"loads[].num_running_reqs": 3.0, "loads[].num_waiting_reqs": 1.0, "front end (sglang:http_requests_active)": 5.0}
 in_flight_unknown:
   description: Why the in-flight count is unknown (an error status, no answer, no gauges).
   returned: when O(probe=load) and in_flight is null
@@ -273,9 +283,11 @@ from ansible.module_utils.bc_health import (
     UNIT_PROPERTIES,
     HttpResult,
     classify,
+    front_end,
     in_flight,
     journal_stage,
     parse_unit_show,
+    queued_job,
     request,
     startup_phases,
 )
@@ -302,6 +314,13 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], l
     if rc != 0:
         module.fail_json(msg="systemctl show %s failed (rc=%d): %s" % (unit, rc, err.strip()), failed=True)
     state = parse_unit_show(out)
+    if state.get("ActiveState") in ("deactivating", "inactive"):  # a restart's first half, or a start queued: the job says
+        try:
+            service = unit if unit.endswith(".service") else unit + ".service"  # list-jobs matches full names
+            rc, out, _err = host_run(["systemctl", "list-jobs", "--no-legend", "--no-pager", "--", service], 15)
+        except CommandError as exc:
+            module.fail_json(msg=str(exc))
+        state["JobType"] = queued_job(out, service) if rc == 0 else ""
     facts: dict[str, Any] = {"stage": "", "stage_line": "", "journal_failure": ""}
     start_us = state.get("InactiveExitTimestampMonotonic")  # the start job began (ExecStartPre included)
     if isinstance(start_us, int) and start_us > 0 and state.get("ActiveState") != "inactive":
@@ -365,7 +384,7 @@ SPEC: dict[str, Any] = {
     "probe": {"type": "str", "default": "readiness", "choices": ["liveness", "readiness", "completion", "load"]},
     "prompt": {"type": "str"},
     "expect": {"type": "str"},
-    "max_tokens": {"type": "int", "default": 4},
+    "max_tokens": {"type": "int", "default": 4, "no_log": False},
     "model": {"type": "str", "default": ""},
     "api_key": {"type": "str", "no_log": True},
     "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},
@@ -381,8 +400,9 @@ SPEC: dict[str, Any] = {
 }
 
 
-def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) -> tuple[HttpResult, str | None]:
-    """The probe's HTTP exchange and the answer a completion must contain (None for the others)."""
+def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) -> tuple[HttpResult, str | None, HttpResult | None]:
+    """The probe's HTTP exchange, the answer a completion must contain (None for the others) and, for a
+    load probe of an engine whose scheduler count misses its front end, that front end's gauges."""
     p = module.params
     if p["probe"] == "completion":
         prompt = DEFAULT_PROMPT if p["prompt"] is None else p["prompt"]
@@ -390,7 +410,7 @@ def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) 
         payload: dict[str, Any] = {"prompt": prompt, "max_tokens": p["max_tokens"], "temperature": 0}
         if p["model"]:
             payload["model"] = p["model"]
-        return http(module, "POST", base + prof["completion_path"], timeout, payload), expect
+        return http(module, "POST", base + prof["completion_path"], timeout, payload), expect, None
     if p["probe"] == "load":
         answer = http(module, "GET", base + prof["load_path"], timeout)
         if answer.status == 200 and prof.get("load_confirm_s"):
@@ -398,9 +418,11 @@ def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) 
             if total == 0:  # a zero must hold: a request between two of the engine's queues reads as none
                 time.sleep(prof["load_confirm_s"])
                 answer = http(module, "GET", base + prof["load_path"], timeout)
-        return answer, None
+        # read after the scheduler's count: a request that left the front end since was counted there
+        gauges = http(module, "GET", base + prof["metrics_path"], timeout) if prof.get("frontend_gauge") else None
+        return answer, None, gauges
     path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
-    return http(module, "GET", base + path, timeout), None
+    return http(module, "GET", base + path, timeout), None, None
 
 
 def judge(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, unit_state: dict[str, Any] | None,
@@ -417,9 +439,12 @@ def judge(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, unit_stat
                     unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect), False
 
 
-def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not_running: bool) -> dict[str, Any]:
+def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not_running: bool,
+                gauges: HttpResult | None = None) -> dict[str, Any]:
     """in_flight (and per metric) of a load probe; unknown is not zero: no gauges, an error status or
-    no answer leaves in_flight null, with why."""
+    no answer leaves in_flight null, with why. Where the engine's scheduler count misses its front end
+    (`frontend_gauge`), in_flight is the larger of the two (a request in the scheduler is in the front
+    end's count too), and a front end that cannot be read leaves it unknown."""
     if not_running:
         total, each = 0.0, {}
     else:
@@ -431,6 +456,20 @@ def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not
                                       prof["load_path"])
             + (" without %s (metrics off?)" % ", ".join(prof.get("load_json") or prof["inflight_metrics"])
                if answer.status == 200 else ""))
+    elif gauges is not None and not not_running:
+        metric = prof["frontend_gauge"]["metric"]
+        front = front_end(gauges.body, prof) if gauges.status == 200 else None
+        if front is not None:
+            each["front end (%s)" % metric] = front
+            out["in_flight"] = max(total, front)
+        else:
+            if gauges.status == 200:
+                why = ("%s is not in %s (the server runs without enable_metrics: set bc_engine_settings.enable_metrics: true)"
+                       % (metric, prof["metrics_path"]))
+            else:
+                why = "%s answered %s" % (prof["metrics_path"], "HTTP %s" % gauges.status if gauges.status else gauges.error)
+            out["in_flight"] = None
+            out["in_flight_unknown"] = "the requests in %s's front end are not counted: %s" % (p["engine"], why)
     return out
 
 
@@ -449,7 +488,7 @@ def main() -> None:
     if p["deadline"] is not None:  # the wait overruns its deadline by at most this one request
         timeout = max(1.0, min(timeout, p["deadline"] - time.time()))
     started = time.monotonic()
-    answer, expect = ask(module, prof, base, timeout)
+    answer, expect, gauges = ask(module, prof, base, timeout)
     unit_state, jfacts = (None, {"journal_failure": ""})
     if p["unit"]:
         unit_state, jfacts = unit_facts(module, p["unit"], prof, p["journal_lines"],
@@ -466,7 +505,7 @@ def main() -> None:
     if unit_state is not None:
         result.update(jfacts, unit_state=unit_state)
     if p["probe"] == "load" and not result["failed"]:
-        result.update(load_fields(p, prof, answer, not_running))
+        result.update(load_fields(p, prof, answer, not_running, gauges))
     elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:

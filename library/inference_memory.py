@@ -10,8 +10,7 @@ DOCUMENTATION = r"""
 module: inference_memory
 short_description: Release an inference server's KV cache in place for a benchmark, and resume it
 description:
-  - O(state=info) asks the live server whether it can release its memory (SGLang started with
-    C(--enable-memory-saver), read from C(/server_info)) and how much that frees per GPU (its KV cache). Read-only.
+  - Whether the server can release, and how much that frees, is M(inference_memory_info)'s to ask.
   - O(state=released) pauses generation (new requests are held by the server, what still runs is
     aborted), proves the scheduler idle, releases the KV cache, then measures with C(nvidia-smi) that
     O(need_mib) MiB are free on O(device). When they are not, it resumes and continues at once and
@@ -21,26 +20,17 @@ description:
     release that succeeded, and once, since a second resume kills an SGLang server (a KeyError in its scheduler).
   - The engine's endpoints and payloads are data (module_utils/bc_engines.py, C(release)).
 version_added: "1.0.0"
-author: benchmark-cycle contributors
+extends_documentation_fragment: [cycle_heartbeat, inference_server]
+author: benchmark-cycle contributors (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: O(state=info) runs; the other states report what they would do and call nothing.
+    description: Reports what it would do and calls nothing.
   diff_mode:
     support: none
+    description: Nothing to show as a diff.
 options:
-  url: {description: Base URL of the server., type: str, required: true}
-  engine: {description: Engine profile., type: str, default: sglang, choices: [sglang, llamacpp, vllm]}
-  engine_version: {description: Engine version (the profile is chosen by it)., type: str}
-  state: {description: What to do., type: str, default: info, choices: [info, released, resumed]}
-  api_key: {description: Bearer key of the server., type: str}
-  api_key_fallbacks:
-    description: Keys tried in turn only on a 401 or 403 to O(api_key) (a rotation - the keys the running server may have started with).
-    type: list
-    elements: str
-    default: []
-  validate_certs: {description: Verify TLS certificates., type: bool, default: true}
-  timeout: {description: Seconds each HTTP request may take., type: float, default: 30}
+  state: {description: What to do., type: str, required: true, choices: [released, resumed]}
   need_mib:
     description: With O(state=released), the MiB that must be free on O(device) after the release (the sweep's need).
     type: int
@@ -58,10 +48,12 @@ options:
   idle_wait_s: {description: Seconds to wait for the scheduler to be idle after the pause., type: float, default: 10}
   command_timeout: {description: Seconds each nvidia-smi call may take., type: float, default: 30}
 seealso:
+  - module: inference_memory_info
+    description: Whether the server can release (RV(inference_memory_info#module:supported)), and how much that frees.
   - module: inference_unit
     description: >-
-      Stops the service instead when the release falls back (RV(fell_back)) or the server cannot release
-      (RV(supported) false), and restarts one left C(unknown).
+      Stops the service instead when the release falls back (RV(fell_back)) or the server cannot release,
+      and restarts one left C(unknown).
   - module: inference_health
     description: >-
       Its C(probe=load) drains the server before the release; probe readiness only after O(state=resumed), since a
@@ -80,13 +72,6 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: Can this server release its KV cache, and how much would that free?
-  inference_memory:
-    url: http://127.0.0.1:30001
-    engine: sglang
-    state: info
-  register: release_info
-
 - name: Release it for the sweep (or fall back, resumed, when too little is freed)
   inference_memory:
     url: http://127.0.0.1:30001
@@ -103,29 +88,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-supported:
-  description: The server can release its memory (its profile has a release and the live server says the saver is on).
-  returned: state=info
-  type: bool
-  sample: true
-saver_on:
-  description: The server runs with the memory saver (null when the engine does not say, or did not answer).
-  returned: state=info
-  type: bool
-  sample: true
-releasable_gib:
-  description: What a release frees per GPU by the server's own account, the smallest rank's KV cache (null when it does not say).
-  returned: state=info
-  type: float
-  sample: 127.94
-setting:
-  description: The engine setting that turns the saver on (null for an engine that cannot release).
-  returned: state=info
-  type: str
-  sample: enable_memory_saver
 why:
-  description: Why the server cannot release (state=info; empty when it can), or why a release fell back.
-  returned: state=info, or state=released when it fell back
+  description: Why a release fell back.
+  returned: state=released when it fell back
   type: str
   sample: ""
 released:
@@ -140,7 +105,7 @@ fell_back:
   sample: false
 server_state:
   description: What the server is left as, also on failure; serving, released (paused and released) or unknown (restart it).
-  returned: except state=info
+  returned: always
   type: str
   sample: released
 need_mib:
@@ -181,7 +146,7 @@ gpu_checked:
 steps:
   description:
     - Each HTTP step (pause, release, resume, continue) with its path, status, milliseconds and error; empty in check mode.
-  returned: except state=info, also on failure
+  returned: always, also on failure
   type: list
   elements: dict
   sample:
@@ -189,7 +154,7 @@ steps:
     - {step: release, path: /release_memory_occupation, http_status: 200, ms: 103.6, error: ""}
 msg:
   description: What check mode would do.
-  returned: in check mode, except state=info
+  returned: in check mode
   type: str
   sample: "check mode: would release http://127.0.0.1:30001"
 """
@@ -200,9 +165,9 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import HttpResult, request
-from ansible.module_utils.bc_host import CommandError, check_timeout, redact
+from ansible.module_utils.bc_host import HEARTBEAT_OPTION, CommandError, beat_for, check_timeout, redact
 from ansible.module_utils.bc_host import gpus as host_gpus
-from ansible.module_utils.bc_release import Release, ReleaseError, support
+from ansible.module_utils.bc_release import SERVER_SPEC, Release, ReleaseError, server_keys
 
 
 def free_mib(module: AnsibleModule, smi: str | None) -> int | None:
@@ -277,20 +242,15 @@ def resumed(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, A
 
 
 SPEC: dict[str, Any] = {
-    "url": {"type": "str", "required": True},
-    "engine": {"type": "str", "default": "sglang", "choices": ["sglang", "llamacpp", "vllm"]},
-    "engine_version": {"type": "str"},
-    "state": {"type": "str", "default": "info", "choices": ["info", "released", "resumed"]},
-    "api_key": {"type": "str", "no_log": True},
-    "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},
-    "validate_certs": {"type": "bool", "default": True},
-    "timeout": {"type": "float", "default": 30},
+    **SERVER_SPEC,
+    "state": {"type": "str", "required": True, "choices": ["released", "resumed"]},
     "need_mib": {"type": "int", "default": 0},
     "device": {"type": "int", "default": 0},
     "expect_mib": {"type": "int", "default": 0},
     "gpu_wait_s": {"type": "float", "default": 10},
     "idle_wait_s": {"type": "float", "default": 10},
     "command_timeout": {"type": "float", "default": 30},
+    "heartbeat": HEARTBEAT_OPTION,
 }
 
 
@@ -316,17 +276,14 @@ def main() -> None:
         module.fail_json(msg=str(err))
     if note:
         module.warn(note)
+    # a release or resume, its fall-back included (free memory, pause, the idle wait and its last probe, release, free
+    # memory and the GPU wait, resume, continue): five HTTP calls, the two waits and three commands at most
+    beat_for(module, 5 * p["timeout"] + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"], time.time())
     base = p["url"].rstrip("/")
 
     def http(method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> HttpResult:
-        return request(method, base + path, timeout, payload, [p["api_key"] or "", *p["api_key_fallbacks"]], p["validate_certs"])
+        return request(method, base + path, timeout, payload, server_keys(p), p["validate_certs"])
 
-    if p["state"] == "info":
-        rel_spec = prof.get("release")
-        answer = http("GET", rel_spec["info_path"], None, p["timeout"]) if rel_spec else None
-        result = support(prof, p["engine"], answer)
-        result["why"] = redact(result["why"], [p["api_key"] or "", *p["api_key_fallbacks"]])
-        module.exit_json(changed=False, **result)
     if module.check_mode:  # what would be: released (and the caller resumes it), or serving again
         module.exit_json(changed=True, server_state="released" if p["state"] == "released" else "serving", steps=[],
                          released=p["state"] == "released", fell_back=False,
@@ -341,7 +298,7 @@ def main() -> None:
         else:
             result = resumed(module, rel, module.get_bin_path("nvidia-smi"))
     except ReleaseError as err:
-        module.fail_json(msg="%s: %s" % (base, redact(str(err), [p["api_key"] or "", *p["api_key_fallbacks"]])), server_state=err.state,
+        module.fail_json(msg="%s: %s" % (base, redact(str(err), server_keys(p))), server_state=err.state,
                          steps=rel.steps)
     module.exit_json(changed=True, steps=rel.steps, **result)
 

@@ -24,15 +24,22 @@ description:
     C(nvidia-smi) waits until the GPU memory is freed.
   - O(state=started) clears the start-rate counter (C(reset-failed)) and starts the unit without
     waiting for the start job (readiness is a separate probe, M(inference_health)). O(state=restarted)
-    does the same, and restarts a unit that runs (a server whose memory state is not known).
+    does the same for a unit that runs (a server whose memory state is not known - paused, released, a failed
+    resume), ending it first by a stop job and SIGKILL to all its processes, read back as ended, since a paused
+    SGLang server's SIGTERM drain waits for every request its front end holds until C(TimeoutStopSec); the
+    stop is bounded whatever it holds, and a requested stop never triggers C(Restart=).
   - O(state=sweep_ended) kills this cycle's sweep (O(sweep_tag)) if it still runs, and nothing else
     (before a released server takes its memory back); it returns the unit's RV(invocation_id).
   - O(state=rolled_back) puts back the files that this cycle's O(state=present) replaced (keyed by
-    O(token)) and restarts the unit; when this cycle replaced nothing, nothing is restarted.
+    O(token)) and starts the unit again (a running one is ended as for O(state=restarted) first); when this
+    cycle replaced nothing, nothing is restarted.
   - O(state=armed) arms a dead-man switch on the host (a transient systemd timer) that ends this
     cycle's sweep and starts the unit again after O(fire_after) seconds, so the service comes back
     even when the controller dies or the host becomes unreachable (O(switch_action=restart) restarts it,
     for a server released in place); O(state=started), O(state=restarted) and O(state=disarmed) disarm it.
+    The switch acts only on what it was armed for - it starts a unit that is not running, and restarts only the
+    start of the unit it was armed for (its InvocationID, read when armed); a unit brought back since by anyone is
+    left alone. Each firing says what it did and why in the switch's journal.
 version_added: "1.0.0"
 options:
   name: {description: The unit name without C(.service)., type: str, required: true}
@@ -87,20 +94,26 @@ options:
       - With O(state=armed), the switch ends that sweep before it starts the unit.
     type: str
   fire_after:
-    description: With O(state=armed), seconds until the dead-man switch starts the unit unless disarmed or re-armed.
+    description:
+      - With O(state=armed), seconds until the dead-man switch starts the unit unless disarmed or re-armed (the outer
+        bound, for a controller alive but stuck).
+      - With O(heartbeat) as well, the switch reads the heartbeat every RV(check_s) seconds and acts as soon as the
+        controller's promise of its next contact is broken - a dead or cancelled controller costs that grace, not
+        the whole bound.
     type: int
   invocation_id:
     description:
       - With O(state=started) or O(state=restarted), act only while the unit still runs this start of it (its
-        C(InvocationID)); another one means it was started since, and nothing is done (RV(changed) false).
+        C(InvocationID)); another one means it was started since, and nothing is done (C(changed) false).
     type: str
   switch_action:
     description: With O(state=armed), what the switch does to the unit when it fires.
     type: str
     choices: [start, restart]
     default: start
+extends_documentation_fragment: [cycle_heartbeat]
 author:
-  - benchmark-cycle contributors
+  - benchmark-cycle contributors (!UNKNOWN)
 notes:
   - Commands run as argument lists with a timeout each; the one shell is the switch's, built from quoted words.
 attributes:
@@ -215,11 +228,21 @@ fires_in_s:
   returned: state=armed
   type: int
   sample: 4300
+armed_for_invocation:
+  description: The InvocationID of the start of the unit the switch restarts (O(switch_action=restart)); empty for C(start).
+  returned: state=armed, except in check mode
+  type: str
+  sample: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718
 switch_action:
   description: What the armed switch does when it fires (O(switch_action)).
   returned: state=armed, except in check mode
   type: str
   sample: restart
+ended_by_sigkill:
+  description: The unit read back after a restart ended it by SIGKILL to all its processes (empty when it did not run).
+  returned: state=restarted, except in check mode
+  type: dict
+  sample: {"ActiveState": "failed", "SubState": "failed", "Result": "signal"}
 invocation_id:
   description: The unit's InvocationID (which start of it runs; empty when it is not running).
   returned: state=started, restarted or sweep_ended
@@ -292,6 +315,19 @@ restored:
   type: list
   elements: str
   sample: [/etc/benchmark-cycle/sglang-k26-ddtree.env]
+check_s:
+  description: How often the armed switch reads the heartbeat (0 without O(heartbeat) - it fires once, after O(fire_after)).
+  returned: state=armed
+  type: int
+  sample: 15
+heartbeat:
+  description:
+    - The heartbeat written before anything else (path, written, until) or why not (why).
+    - With O(state=started), O(state=restarted) or O(state=disarmed) (the switch disarmed), the heartbeat removed
+      instead (path, removed), so that a live holder waiting for its server never looks dead to the next cycle.
+  returned: when O(heartbeat) is given, except in check mode
+  type: dict
+  sample: {path: /run/lock/benchmark-cycle-sglang.lock/heartbeat, written: true, until: 1796186677}
 n_restarts:
   description: Restart count after the start (0 after reset-failed); the baseline a crash loop is measured from.
   returned: state=started, restarted or rolled_back
@@ -301,16 +337,24 @@ n_restarts:
 
 import shutil
 import tempfile
+import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import ENGINES
-from ansible.module_utils.bc_host import CommandError, redact, write_atomic
+from ansible.module_utils.bc_host import (
+    HEARTBEAT_OPTION,
+    CommandError,
+    beat_for,
+    end_beat,
+    redact,
+    write_atomic,
+)
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_unit import Unit, UnitError
 
 
-def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:
+def run_steps(module: AnsibleModule, unit: Unit, beaten: dict[str, Any] | None = None) -> dict[str, Any]:
     p = module.params
     if p["state"] == "present":
         files = [(f, c, 0o600) for f, c in ((p["env_file"], p["env_content"]), (p["secret_file"], p["secret_content"]))
@@ -338,7 +382,10 @@ def run_steps(module: AnsibleModule, unit: Unit) -> dict[str, Any]:
                 # (`invocation` is Ansible's own key in a result: it would be taken out)
                 "invocation_id": unit.show("InvocationID").get("InvocationID", "")}
     if p["state"] == "armed":
-        return unit.arm(p["fire_after"], p["sweep_tag"], p["switch_action"])
+        # a switch reads a heartbeat only when this arm could write one; else it fires once, at fire_after
+        written = bool(beaten and beaten.get("written"))
+        beat_file, beat_for = (p["heartbeat"]["path"], p["heartbeat"]["for_s"]) if written else (None, 0)
+        return unit.arm(p["fire_after"], p["sweep_tag"], p["switch_action"], beat_file, beat_for)
     if p["state"] == "disarmed":
         return unit.disarm()
     return unit.rollback()
@@ -349,7 +396,7 @@ SPEC: dict[str, Any] = {
     "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "armed",
                                          "disarmed"],
               "default": "present"},
-    "token": {"type": "str"},
+    "token": {"type": "str", "no_log": False},  # the cycle's lock token: a name, not a credential
     "content": {"type": "str"},
     "env_file": {"type": "path"},
     "env_content": {"type": "str", "no_log": True},
@@ -370,6 +417,7 @@ SPEC: dict[str, Any] = {
     "fire_after": {"type": "int"},
     "switch_action": {"type": "str", "choices": ["start", "restart"], "default": "start"},
     "invocation_id": {"type": "str"},
+    "heartbeat": HEARTBEAT_OPTION,
 }
 REQUIRED_IF = [("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]), ("state", "armed", ["fire_after"])]
 
@@ -387,6 +435,17 @@ def problem(p: dict[str, Any]) -> str:
     return ""
 
 
+# the states that disarm the dead-man switch (a start, a restart, a disarm)
+DISARMING = ("started", "restarted", "disarmed")
+
+
+def own_budget(p: dict[str, Any]) -> float:
+    """This call's worst case in seconds, from its parameters (the heartbeat's promise covers it): a few
+    commands, and for a stop its stop timeout and GPU wait; a restart's end (30 s) or a sweep's (10 s)."""
+    extra = {"stopped": p["stop_timeout"] + p["gpu_wait_s"], "restarted": 30, "sweep_ended": 10, "started": 10}
+    return 3 * p["command_timeout"] + extra.get(p["state"], 0)
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
     p = module.params
@@ -397,15 +456,19 @@ def main() -> None:
     def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         return host_run(argv, timeout or p["command_timeout"])
 
+    # the states that disarm the switch end the heartbeat instead of writing one
+    beaten = None if p["state"] in DISARMING else beat_for(module, own_budget(p), time.time())
     try:
         unit = Unit(p["name"], run, write_atomic, systemd_dir=p["systemd_dir"], state_dir=p["state_dir"],
                     env_file=p["env_file"], check_mode=module.check_mode, timeout=p["command_timeout"], token=p["token"])
         if p["secret_file"]:
             unit.extra_files.append(p["secret_file"])
-        result = run_steps(module, unit)
+        result = run_steps(module, unit, beaten)
+        if p["state"] in DISARMING and not module.check_mode:
+            beaten = end_beat(p["heartbeat"])
     except (UnitError, CommandError) as err:
         module.fail_json(msg="%s: %s" % (p["name"], redact(str(err))))
-    module.exit_json(name=unit.name, state=p["state"], **result)
+    module.exit_json(name=unit.name, state=p["state"], **dict(result, **({"heartbeat": beaten} if beaten else {})))
 
 
 if __name__ == "__main__":

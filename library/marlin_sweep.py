@@ -61,7 +61,7 @@ options:
     type: list
     elements: dict
     default: [{kind: uniform}]
-    options:
+    suboptions:
       kind: {description: The distribution., type: str, required: true, choices: [uniform, zipf, hot, replay]}
       skew: {description: Zipf exponent (above 0; 1.0 is classic Zipf)., type: float, default: 1.0}
       fraction: {description: "Share of tokens routed to the hot experts, above 0 and at most 1.", type: float, default: 0.5}
@@ -94,10 +94,10 @@ options:
     type: bool
     default: false
 author:
-  - benchmark-cycle contributors
+  - benchmark-cycle contributors (!UNKNOWN)
 attributes:
   check_mode: {support: full, description: "Validates the shape and returns the plan and the estimate; with O(preflight), the sizing."}
-  diff_mode: {support: none}
+  diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: sweep_report
     description: Renders this module's JSON result (fetched to the controller) as a report, a plot and a history line.
@@ -473,8 +473,8 @@ import tempfile
 import time
 from typing import Any
 
-import ansible.module_utils as _mu
-from ansible.module_utils import bc_marlin  # noqa: F401 - imported so that AnsiballZ ships the worker to the host
+# AnsiballZ ships the worker to the host; its package is staged for the sweep
+from ansible.module_utils import bc_marlin
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_host import CommandError, meminfo_mib, processes, vmstat
 from ansible.module_utils.bc_host import gpus as host_gpus
@@ -499,16 +499,19 @@ SWEEP_MODULES = ("bc_marlin", "bc_sweepstats", "bc_host")
 
 
 def stage_sweep_package(tmpdir: str) -> str:
-    """Lay out ansible/module_utils/{bc_marlin,bc_sweepstats,bc_host}.py under tmpdir, read from this
-    module's own payload (pkgutil works for AnsiballZ's zip and for files alike), so that the
-    sweep's interpreter - the host's SGLang venv, which has no ansible - can run it."""
-    pkg = os.path.join(tmpdir, "ansible", "module_utils")
+    """Lay out {bc_marlin,bc_sweepstats,bc_host}.py under tmpdir in the package they are imported from here
+    (ansible/module_utils/ in the project's layout, ansible_collections/<ns>/<name>/plugins/module_utils/ in
+    the collection), read from this module's own payload (pkgutil works for AnsiballZ's zip and for files
+    alike), so that the sweep's interpreter - the host's SGLang venv, which has no ansible - can run it."""
+    package = bc_marlin.__name__.rpartition(".")[0]
+    pkg = os.path.join(tmpdir, *package.split("."))
     os.makedirs(pkg)
-    for init in (os.path.join(tmpdir, "ansible", "__init__.py"), os.path.join(pkg, "__init__.py")):
-        with open(init, "w", encoding="utf-8"):
+    parts = package.split(".")
+    for depth in range(1, len(parts) + 1):
+        with open(os.path.join(tmpdir, *parts[:depth], "__init__.py"), "w", encoding="utf-8"):
             pass
     for name in SWEEP_MODULES:
-        data = pkgutil.get_data(_mu.__name__, name + ".py")
+        data = pkgutil.get_data(package, name + ".py")
         if data is None:
             raise RuntimeError("module_utils %s.py is missing from the module payload" % name)
         with open(os.path.join(pkg, name + ".py"), "wb") as fh:

@@ -33,10 +33,10 @@ options:
     type: bool
     default: true
 author:
-  - benchmark-cycle contributors
+  - benchmark-cycle contributors (!UNKNOWN)
 attributes:
   check_mode: {support: full, description: Renders the report in memory and writes nothing.}
-  diff_mode: {support: none}
+  diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: marlin_sweep
     description: Runs the sweep on the host whose JSON result (fetched to the controller) this module renders as O(result).

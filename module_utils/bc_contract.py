@@ -101,7 +101,7 @@ def _secrets(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
                 out.extend(str(v) for v in value.values() if isinstance(v, (str, int)) and len(str(v)) >= 4)
             else:
                 out.append(str(value))
-    return [s for s in out if s]
+    return [s for s in out if len(s) >= 4]  # shorter is no secret, and scrubbing it would blank every letter like it
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
@@ -265,8 +265,8 @@ def _range_problem(name: str, spec: dict[str, Any], value: Any, shown: Any) -> s
         if isinstance(item, bool) or not isinstance(item, (int, float)) or _nonfinite(item) or not low <= item <= high:
             hint = (" (0 would detach the sweep: the service would start while it still runs)" if name == "bc_sweep_poll_s"
                     else " (%s)" % spec["zero"] if "zero" in spec else "")
-            return "%s=%s: give %s from %s to %s%s" % (name, str(shown)[:60], "numbers" if isinstance(value, list) else "a number",
-                                                     low, high, hint)
+            kind = "numbers" if isinstance(value, list) else "a number"
+            return "%s=%s: give %s from %s to %s%s" % (name, str(shown)[:60], kind, low, high, hint)
     return ""
 
 
@@ -283,15 +283,15 @@ def _field_problems(contract: dict[str, dict[str, Any]], given: dict[str, Any], 
             continue
         if spec.get("type") in ("list", "dict") and not isinstance(value, (list, dict)) and not (
                 spec.get("comma_string") and isinstance(value, str)):
-            out.append("%s must be a %s, not a %s" % (name, "list" if spec["type"] == "list" else "mapping",
-                                                       type(value).__name__))
+            kind = "list" if spec["type"] == "list" else "mapping"
+            out.append("%s must be a %s, not a %s" % (name, kind, type(value).__name__))
             continue
         if spec.get("type") == "int" and isinstance(value, bool):
             out.append("%s=%s: give a whole number, not true/false" % (name, value))
             continue
         if spec.get("type") in ("str", "path") and (isinstance(value, (dict, list)) or (spec.get("no_log") and not isinstance(value, str))):
-            out.append("%s must be text, not a %s%s" % (name, type(value).__name__,
-                                                       ": quote it in YAML (the value is not shown)" if spec.get("no_log") else ""))
+            hint = ": quote it in YAML (the value is not shown)" if spec.get("no_log") else ""
+            out.append("%s must be text, not a %s%s" % (name, type(value).__name__, hint))
             continue
         if "range" in spec and not (spec.get("type") == "list" and not typed.get(name)):
             problem = _range_problem(name, spec, typed.get(name), value)
@@ -460,7 +460,9 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
         elif contract[name].get("nonempty") and _empty(value):  # before the types: "" is empty, not a bad number
             out.append("%s is empty: %s" % (name, contract[name].get("why_nonempty", "give a value (%s)" % contract[name]["description"])))
             bad.add(name)
-    spec = {k: {a: b for a, b in s.items() if a in ("type", "elements", "choices", "no_log")} for k, s in contract.items()}
+    # no `no_log` here: Ansible would blank every occurrence of a secret's value in its messages, a one-letter value
+    # too (every "n" of a setting's name); the secrets are scrubbed below instead (values of 4 characters or more)
+    spec = {k: {a: b for a, b in s.items() if a in ("type", "elements", "choices")} for k, s in contract.items()}
     checkable = {k: val for k, val in known.items() if k not in bad}
     validator = ArgumentSpecValidator(spec)
     try:

@@ -80,8 +80,8 @@ ENGINES: dict[str, dict[str, Any]] = {
         # not read. Per-phase startup_time_seconds only from 0.5.23 (VERSIONS below)
         "startup_metrics": [],
         # in-flight work for the drain: /v1/loads counts the scheduler's running batch and waiting queue
-        # when asked (observability/scheduler_metrics_mixin.py 0.5.10:909-920; entrypoints/v1_loads.py:130),
-        # needs no --enable-metrics; the sglang:num_running_reqs gauges are samples (updated per prefill,
+        # (0.5.10: when asked, observability/scheduler_metrics_mixin.py 0.5.10:909-920; entrypoints/v1_loads.py:130;
+        # from 0.5.16 a snapshot: frontend_gauge below); the sglang:num_running_reqs gauges are samples (updated per prefill,
         # every decode_log_interval steps, every 30 s when idle, by attention-TP rank 0 only): a stale 0
         # or a stale 1 for ~30 s, so the drain never reads them
         "load_path": "/v1/loads",
@@ -91,6 +91,20 @@ ENGINES: dict[str, dict[str, Any]] = {
         # a request moving from the waiting queue into a prefill batch is in neither list for a moment:
         # a zero is read twice this far apart before the drain believes it
         "load_confirm_s": 0.5,
+        # /v1/loads counts only the scheduler, never the front end (nothing in its path reads the tokenizer
+        # manager's rid_to_state), and from 0.5.16 it is a snapshot published at prefill, every 15 decode steps
+        # and when idle, never while paused (scheduler.py 0.5.16:655-667, 3567, 3681; load_snapshot.py): a
+        # request still tokenizing or waiting for its prefill reads as none. The one live count of them is the
+        # HTTP middleware's gauge, +1 when a request arrives and -1 once its answer is sent, streams included
+        # (utils/common.py 0.5.10:1379-1424, 0.5.16:2356-2404; enabled with --enable-metrics, http_server.py
+        # 0.5.16:2426). The drain counts it, less the requests that are not work: health checks (a load
+        # balancer's, during the pause too), scrapes, the drain's own reads and the control endpoints. Without
+        # it the front end is unknown, and unknown is not zero
+        "frontend_gauge": {"metric": "sglang:http_requests_active",
+                           "not_work": ["/health", "/health_generate", "/ready", "/metrics", "/v1/loads", "/get_load",
+                                        "/server_info", "/get_server_info", "/model_info", "/get_model_info",
+                                        "/v1/models", "/pause_generation", "/continue_generation",
+                                        "/release_memory_occupation", "/resume_memory_occupation", "/flush_cache"]},
         "progress": [
             [r"Load weight begin", "Load weight begin"],
             [r"Load weight end\. elapsed=\s*([\d.]+)", "Load weight end ({0} s)"],

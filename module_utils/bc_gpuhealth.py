@@ -165,7 +165,7 @@ def _same_pci(smi_id: str, kernel_id: str) -> bool:
         parts = text.lower().split(":")
         if len(parts) >= 3:
             parts[0] = parts[0][-4:]
-        return ":".join(parts).split(".")[0]
+        return ":".join(parts).split(".", maxsplit=1)[0]
     return norm(smi_id) == norm(kernel_id)
 
 
@@ -232,8 +232,9 @@ def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: l
                 continue
             crossed = bool(value) if isinstance(rule["max"], (bool, list)) else value > rule["max"]
             if crossed:
-                text = "%s: %s=%s (%s%s)" % (name, key, ",".join(map(str, value)) if isinstance(value, list) else value,
-                                            rule["why"], "" if isinstance(rule["max"], (bool, list)) else "; limit %s" % rule["max"])
+                shown = ",".join(map(str, value)) if isinstance(value, list) else value
+                limit = "" if isinstance(rule["max"], (bool, list)) else "; limit %s" % rule["max"]
+                text = "%s: %s=%s (%s%s)" % (name, key, shown, rule["why"], limit)
                 (problems if rule["level"] == "fail" else warnings).append(text)
                 gpu["problems"].append(key)
     seen = {str(g.get("uuid") or "") for g in gpus} | {str(g.get("index")) for g in gpus}

@@ -10,6 +10,7 @@ exact answers each engine gives. The module `inference_health` is a thin shell a
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import time
@@ -84,6 +85,20 @@ def _request(method: str, url: str, timeout: float, payload: dict[str, Any] | No
 def parse_unit_show(text: str) -> dict[str, Any]:
     """`systemctl show -p ...` output (KEY=VALUE lines) -> dict with integers where numeric."""
     return parse_show(text, numbers=True)
+
+
+# the jobs after which a deactivating unit runs again: its stop is the first half of a restart
+STARTING_JOBS = ("start", "restart", "try-restart", "reload-or-start")
+
+
+def queued_job(list_jobs: str, unit: str) -> str:
+    """The type of the job systemd holds for `unit`, from `systemctl list-jobs --no-legend` (columns: id,
+    unit, type, state), or "" when it holds none."""
+    for line in list_jobs.splitlines():
+        cols = line.split()
+        if len(cols) >= 4 and cols[0].isdigit() and cols[1] == unit:
+            return cols[2]
+    return ""
 
 
 def journal_stage(lines: list[str], engine: str | dict[str, Any], failures_since: float = 0) -> tuple[str, str, str]:
@@ -174,6 +189,20 @@ def in_flight(metrics_text: str, engine: str | dict[str, Any]) -> tuple[float | 
     return (sum(each.values()) if each else None), each
 
 
+def front_end(metrics_text: str, engine: str | dict[str, Any]) -> float | None:
+    """The requests the server's HTTP front end holds that are work (the profile's `frontend_gauge`:
+    its live gauge summed over every endpoint but those that are not work), or None when the gauge is
+    not in `metrics_text` (metrics off, another version, another answer)."""
+    gauge = profile(engine).get("frontend_gauge")
+    if not gauge:
+        return None
+    samples = parse_prometheus(metrics_text).get(gauge["metric"])
+    if samples is None:
+        return None
+    work = [value for labels, value in samples if labels.get("endpoint") not in gauge["not_work"]]
+    return sum(work) if all(math.isfinite(v) and v >= 0 for v in work) else None
+
+
 def startup_phases(metrics_text: str, engine: str | dict[str, Any]) -> dict[str, float]:
     """SGLang's start-up time gauges by phase ("total" where the gauge has no phase label)."""
     parsed = parse_prometheus(metrics_text)
@@ -236,6 +265,12 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
         if unit.get("SubState") == "auto-restart":
             return _fail(result, "unit %s: the server process exited (ExecMainStatus=%s) and systemd is about to restart it"
                          % (name, unit.get("ExecMainStatus")))
+        if active in ("deactivating", "inactive") and unit.get("JobType") in STARTING_JOBS:
+            result["phase"] = "restarting"
+            result["reason"] = ("unit %s is %s with a %s job queued: it starts %s"
+                                % (name, active, unit.get("JobType"),
+                                   "again once its stop ends" if active == "deactivating" else "once systemd runs the job"))
+            return result
         if active in ("inactive", "deactivating"):
             return _fail(result, "unit %s is %s: nothing is starting, waiting is pointless"
                          % (name, active))

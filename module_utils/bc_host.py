@@ -14,11 +14,14 @@ the event log) goes through `redact`.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import math
 import os
 import re
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -203,3 +206,131 @@ def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# -- the lock's guard ------------------------------------------------------------------------------
+class LockError(Exception):
+    """The lock could not be read or changed safely; the message says which file and why."""
+
+
+def guard_file(path: str) -> str:
+    """The guard of the lock at `path`: `.<name>.guard` in the same directory."""
+    head, name = os.path.split(path.rstrip("/"))
+    return os.path.join(head, "." + name + ".guard")
+
+
+class Guard:
+    """An exclusive flock of `.<name>.guard` beside the lock (hidden, empty, kept: a listing shows only locks),
+    the one place every change of a held lock goes through (a take-over, the holder's renewal and record, its
+    release): a holder's write never lands on a lock another cycle took over meanwhile. Bounded (`wait_s`),
+    never through a symlink; the kernel drops it if the process dies."""
+
+    def __init__(self, path: str, wait_s: float = 30) -> None:
+        self.file, self.wait_s, self.fd = guard_file(path), wait_s, -1
+
+    def __enter__(self) -> Guard:
+        try:
+            self.fd = os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise LockError("cannot open the lock's guard %s: %s" % (self.file, exc.strerror)) from None
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    raise LockError("the lock's guard %s stayed held for %d s (another cycle in the middle of a take-over "
+                                    "that does not end?)" % (self.file, self.wait_s)) from None
+                time.sleep(0.05)
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self.fd)
+
+
+# -- the controller's heartbeat -----------------------------------------------------------------
+# Each contact of a cycle's controller with the host (a readiness probe, a sweep poll, a stop, a start)
+# writes when the controller promises to be back at the latest: `until`, whole epoch seconds, in one
+# file in the cycle's lock directory. The host's dead-man switch and a second controller read it: past
+# `until`, the controller is dead (killed, cancelled, cut off) whatever its pid or host name says.
+HEARTBEAT_OPTION: dict[str, Any] = {
+    "type": "dict",
+    "options": {"path": {"type": "path", "required": True}, "for_s": {"type": "int", "required": True},
+                "token": {"type": "str", "no_log": False}},
+}
+
+
+def beat(heartbeat: dict[str, Any] | None, now: float, own_s: float = 0) -> dict[str, Any] | None:
+    """Write the heartbeat into its directory, which must exist (the cycle's lock: a lock removed meanwhile is
+    not re-created by a heartbeat): the controller is back by now + `own_s` (this call's own worst case, which
+    the module knows from its parameters) + `for_s` (the silence the controller keeps after it: the delay to its
+    next call and a grace). Returns what was written, or why not (the switch then reads the controller as dead:
+    the safe side); None without a heartbeat."""
+    if not heartbeat:
+        return None
+    path, for_s = heartbeat["path"], heartbeat["for_s"]
+    if not isinstance(for_s, int) or for_s < 1:
+        return {"path": path, "written": False, "why": "for_s must be a whole number of seconds >= 1, got %r" % (for_s,)}
+    until = math.ceil(now + own_s) + for_s
+    if not os.path.isdir(os.path.dirname(path)) or os.path.islink(path):
+        return {"path": path, "written": False, "why": "%s is not a directory, or the heartbeat is a link" % os.path.dirname(path)}
+    try:
+        # under the lock's guard: a take-over (host_lock.claim) never lands between the holder's read and this write
+        with Guard(os.path.dirname(path)):
+            holder = lock_holder(path)
+            if heartbeat.get("token") and holder != heartbeat["token"]:
+                # only the lock's holder beats: a dead cycle's orphaned poll never keeps another's switch quiet
+                return {"path": path, "written": False, "why": "the lock is held by cycle %s, not this one" % holder}
+            write_atomic(path, "%d\n" % until, 0o600)
+    except (OSError, LockError) as exc:
+        return {"path": path, "written": False, "why": str(getattr(exc, "strerror", None) or exc)}
+    return {"path": path, "written": True, "until": until}
+
+
+def lock_holder(heartbeat_path: str) -> str | None:
+    """The token of the lock the heartbeat is in (its owner.json beside it); None if it cannot be read."""
+    try:
+        return json.loads(read_text(os.path.join(os.path.dirname(heartbeat_path), "owner.json")) or "{}").get("token")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def end_beat(heartbeat: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The switch is disarmed (the service was started or resumed): a promise means nothing any more, and a stale one
+    would make a live holder look dead to the next cycle while it waits for readiness. Removed, if the lock is still
+    this cycle's; the lock's liveness is its lease again."""
+    if not heartbeat or not os.path.exists(heartbeat["path"]):
+        return None
+    path = heartbeat["path"]
+    try:
+        with Guard(os.path.dirname(path)):
+            if heartbeat.get("token") and lock_holder(path) != heartbeat["token"]:
+                return {"path": path, "removed": False, "why": "the lock is another cycle's"}
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except (OSError, LockError) as exc:
+        return {"path": path, "removed": False, "why": str(getattr(exc, "strerror", None) or exc)}
+    return {"path": path, "removed": True}
+
+
+def beat_until(path: str) -> int | None:
+    """The heartbeat's `until`; None if there is none or it is not a whole number (unknown: not alive)."""
+    try:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text.strip()) if text is not None and re.fullmatch(r"\s*\d{1,12}\s*", text) else None
+
+
+def beat_for(module: Any, own_s: float, now: float) -> dict[str, Any] | None:
+    """A module's heartbeat (its `heartbeat` parameter) before it does anything else; none in check mode. One that
+    cannot be written is a warning: the switch reads the controller as dead and brings the service back."""
+    if module.check_mode:
+        return None
+    beaten = beat(module.params.get("heartbeat"), now, own_s)
+    if beaten and not beaten["written"]:
+        module.warn("the cycle's heartbeat %s was not written (%s): the host's dead-man switch reads this controller as "
+                    "dead and brings the service back" % (beaten["path"], beaten["why"]))
+    return beaten

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ansible.module_utils.bc_engines import ENGINES
 from ansible.module_utils.bc_health import HttpResult, in_flight, server_message
 
 
@@ -38,6 +39,23 @@ def json_values(data: Any, dotted: str) -> list[float]:
     if sep:
         return json_values(value, rest)
     return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+# how a module reaches the server's HTTP API (documented once: doc_fragments/inference_server.py)
+SERVER_SPEC: dict[str, Any] = {
+    "url": {"type": "str", "required": True},
+    "engine": {"type": "str", "default": "sglang", "choices": sorted(ENGINES)},
+    "engine_version": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},
+    "validate_certs": {"type": "bool", "default": True},
+    "timeout": {"type": "float", "default": 30},
+}
+
+
+def server_keys(p: dict[str, Any]) -> list[str]:
+    """The keys a call may present, in order (the first that is not refused answers)."""
+    return [p["api_key"] or "", *p["api_key_fallbacks"]]
 
 
 def support(prof: dict[str, Any], engine: str, answer: HttpResult | None) -> dict[str, Any]:

@@ -157,10 +157,10 @@ def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, A
             "%s (%s)" % (b["name"], b.get("impl") or "not timed: %s" % b.get("why", "")) for b in backends),
             primary.get("ran_on"), env.get("gpu") or env.get("cpu")),
         "- routing: %s" % ", ".join(dict.fromkeys(r["routing"] for r in runs)),
-        "- versions: torch %s, sglang %s, python %s, driver %s" % (env.get("torch"), env.get("sglang"), env.get("python"),
-                                                                  env.get("driver", "-")),
-        "- knee (%s, %s): M=%s; plateau %.4f ms at M=%s" % (primary["backend"], runs[0]["routing"], primary.get("knee_m"),
-                                                           primary.get("plateau_ms") or 0, primary.get("plateau_m")),
+        "- versions: torch %s, sglang %s, python %s, driver %s" % (
+            env.get("torch"), env.get("sglang"), env.get("python"), env.get("driver", "-")),
+        "- knee (%s, %s): M=%s; plateau %.4f ms at M=%s" % (
+            primary["backend"], runs[0]["routing"], primary.get("knee_m"), primary.get("plateau_ms") or 0, primary.get("plateau_m")),
         "- measured in this run: copy bandwidth %s GB/s, dense bf16 %s TFLOP/s; the floor is compute bound from M=%s"
         % (primary.get("copy_bandwidth_gbs") or "-", primary.get("dense_tflops") or "-", primary.get("bound_knee_m") or "-"),
         "- peak memory: %s GiB (preflight estimate %s GiB)" % (primary.get("peak_memory_gib", "-"), primary.get("estimate_peak_gib")),

@@ -51,5 +51,3 @@ def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None) -> d
                 "free + %d MiB releasable)" % (need, free, releasable)}
     return {"strategy": "stop", "why": "the sweep does not fit even after a release (%d MiB needed, %d MiB free + "
             "%d MiB releasable)" % (need, free, releasable)}
-
-

@@ -379,7 +379,7 @@ def sweep_table(result: dict[str, Any]) -> str:
         row = [p["m"], p["ms"], p["ms_min"], p["ms_max"], p["us_per_token"], p["experts_touched"], p["gbs"],
                p["tflops"], p.get("floor_ms"), p.get("efficiency")]
         if with_ref:
-            row +=  [p.get("torch_ms"), p.get("speedup")]
+            row += [p.get("torch_ms"), p.get("speedup")]
         lines.append("| " + " | ".join(cell(v) for v in row) + " |")
     return "\n".join(lines)
 

@@ -12,8 +12,11 @@ arm      a dead-man switch on the host (a transient systemd timer): if the cycle
          starts the unit again
 start    end this cycle's sweep if it still runs, reset-failed (a deliberate start must not count
          against StartLimitBurst), start without waiting for the start job (readiness is the
-         cycle's probe, not systemd's), disarm the switch
-rollback put back what this cycle's install replaced (kept under its token), reset-failed, restart
+         cycle's probe, not systemd's), disarm the switch; a restart (a server whose state is not
+         known) first ends it by a stop job and SIGKILL to all its processes: bounded, whatever its
+         front end holds
+rollback put back what this cycle's install replaced (kept under its token), end the running server as a
+         restart does, reset-failed, start
 
 The host side of `library/inference_unit.py`. Commands are argv lists (no shell); everything that
 needs no host is a pure function with unit tests.
@@ -21,6 +24,7 @@ needs no host is a pure function with unit tests.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -30,9 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# the host probes live in bc_host; the unit lifecycle's tests and callers import them from here too
-from ansible.module_utils.bc_host import (  # noqa: F401
-    owning_service,
+# the host probes live in bc_host
+from ansible.module_utils.bc_host import (
     parse_gpu_memory,
     parse_show,
     processes,
@@ -46,8 +49,13 @@ Runner = Callable[..., tuple[int, str, str]]
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]*\Z")
 TOKEN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
-# the sweep's worker, as marlin_sweep runs it: `python -m ansible.module_utils.bc_marlin --tag T`
-SWEEP_MODULE = "ansible.module_utils.bc_marlin"
+# the sweep's worker, as marlin_sweep runs it: `python -m <this package>.bc_marlin --tag T`, the package being
+# ansible.module_utils in the project's layout and ansible_collections.<ns>.<name>.plugins.module_utils in the collection
+SWEEP_MODULE = __name__.rpartition(".")[0] + ".bc_marlin"
+# a sweep started by either form is one (a cycle run from the collection recovers one the project's layout started):
+# the project's package and the collection's (collection/galaxy.yml's namespace and name; tests/unit holds them equal)
+SWEEP_PACKAGES = ("ansible.module_utils", "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils")
+SWEEP_MODULES = frozenset(package + ".bc_marlin" for package in SWEEP_PACKAGES)
 VERIFY_PROBLEM = r"\.service:.*(error|invalid|not executable|no such|unknown|failed|bad)"
 
 
@@ -95,12 +103,12 @@ def engine_process(argv: list[str], spec: dict[str, list[str]]) -> bool:
 
 
 def sweep_tags(procs: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    """(pid, tag) of the sweeps among `procs`: `python -m ansible.module_utils.bc_marlin --tag <unit>/<token>`
-    ("" for an untagged one)."""
+    """(pid, tag) of the sweeps among `procs`: `python -m <package>.bc_marlin --tag <unit>/<token>` ("" for an
+    untagged one), the package of either layout (SWEEP_PACKAGES)."""
     out = []
     for p in procs:
-        if SWEEP_MODULE in p["argv"][1:4]:
-            argv = p["argv"]
+        argv = p["argv"]
+        if any(argv[i] == "-m" and argv[i + 1] in SWEEP_MODULES for i in range(1, min(len(argv) - 1, 4))):
             out.append((p["pid"], argv[argv.index("--tag") + 1] if "--tag" in argv[:-1] else ""))
     return out
 
@@ -319,44 +327,110 @@ class Unit:
             sleep(min(2.0, max(0.1, deadline - clock())))
 
     # -- the dead-man switch ---------------------------------------------------------------------
-    def switch_command(self, sweep_tag: str | None, action: str = "start") -> list[str]:
-        """What the switch runs when it fires: end the cycle's sweep (the server needs its GPU
-        memory back), then start the unit (`restart` when the cycle released the server's memory in
-        place: it runs, released and paused, and only a restart brings it back for certain). The only
-        shell in the project: every word is quoted."""
+    def switch_command(self, sweep_tag: str | None, action: str = "start", invocation: str = "", heartbeat: str | None = None,
+                       outer_at: int = 0) -> list[str]:
+        """What the switch runs when it fires. First it checks that the unit is still in the state it was
+        armed for, and else does nothing (an operator, systemd or another cycle brought it back since: a
+        serving server is never restarted): for `start` (the cycle stops the unit) the unit must not be
+        running; for `restart` (the cycle released the server's memory in place: it runs, released and
+        paused) the unit must still run the start it was armed for (`invocation`, its InvocationID). Then
+        it ends the cycle's sweep (the server needs its GPU memory back) and starts the unit (a `restart`
+        ends it first, as end_now). Every step says why in the switch's journal. The only shell in the
+        project: every word is quoted.
+
+        With a `heartbeat` (the controller's promise of its next contact, bc_host.beat) the switch runs every few
+        seconds and does nothing while the promise holds and its outer deadline (`outer_at`, epoch) is ahead; past
+        either (or with a heartbeat that cannot be read: unknown is not alive) it stops its own timer and acts as
+        above. Without one it fires once, at the outer deadline."""
+        if action not in ("start", "restart"):
+            raise UnitError("the dead-man switch of %s can start or restart it, not %r" % (self.name, action))
+        if action == "restart" and not re.match(r"^[0-9a-f]{32}\Z", invocation or ""):
+            raise UnitError("the dead-man switch of %s restarts only the start of it that it was armed for: its "
+                            "InvocationID is %r, not one (the unit is not running?)" % (self.name, invocation))
+        unit = shlex.quote(self.name + ".service")
+        say = "echo benchmark-cycle dead-man switch: "
+        if action == "start":
+            still_armed = ('state=$(systemctl show -P ActiveState -- %s); case "$state" in active|activating|reloading) '
+                           '%s%s is "$state": started since the switch was armed, nothing done; exit 0;; esac'
+                           % (unit, say, unit))
+        else:
+            still_armed = ('now=$(systemctl show -P InvocationID -- %s); [ "$now" = %s ] || { %s%s runs another start '
+                           '"($now)" than the one the switch was armed for \\(%s\\): nothing done; exit 0; }'
+                           % (unit, invocation, say, unit, invocation))
+        why = "the controller of the cycle did not disarm it in time"
         parts = []
+        if heartbeat:
+            # a kept promise: nothing to do. Past the outer bound the timer stops whatever follows; a broken promise
+            # with a unit no longer in the state it was armed for (the controller died before its stop, an operator
+            # started it) leaves the timer checking; a switch that acts stops its timer first
+            timer = "systemctl stop --no-block -- %s" % shlex.quote(self.switch + ".timer")
+            parts += ["at=$(date +%s)", "promised=$(cat -- %s 2>/dev/null)" % shlex.quote(heartbeat),
+                      'case "$promised" in \'\'|*[!0-9]*) promised=0;; esac',
+                      '[ "$at" -lt %d ] && [ "$at" -lt "$promised" ] && exit 0' % outer_at,
+                      '[ "$at" -ge %d ] && %s' % (outer_at, timer), still_armed, timer]
+            why = ("the heartbeat of the controller stopped, it promised its next contact by $promised and it is $at, "
+                   "0 means none readable, or the outer deadline %d passed" % outer_at)
+        else:
+            parts.append(still_armed)
+        parts += ["%s%s: %s%s" % (
+            say, why, "ending the sweep %s, then " % shlex.quote(sweep_tag) if sweep_tag else "",
+            "restarting %s \\(released in place\\)" % unit if action == "restart" else "starting %s" % unit)]
         if sweep_tag:
             parts.append("pkill -KILL -f -- %s" % shlex.quote("--tag " + re.escape(sweep_tag)))
             parts.append("sleep 2")
-        parts.append("systemctl reset-failed -- %s" % shlex.quote(self.name + ".service"))
-        if action not in ("start", "restart"):
-            raise UnitError("the dead-man switch of %s can start or restart it, not %r" % (self.name, action))
-        parts.append("systemctl %s --no-block -- %s" % (action, shlex.quote(self.name + ".service")))
+        if action == "restart":
+            # checked again after the sweep's end (2 s: a cycle may have brought it back meanwhile); then, as
+            # end_now(), a stop job (so Restart= never applies), SIGKILL to all, and the start queued at once
+            # behind the stop: no step between the kill and the start to be cut off
+            if sweep_tag:
+                parts.append(still_armed)
+            parts.append("systemctl stop --no-block -- %s" % unit)
+            parts.append("systemctl kill --kill-who=all --signal=SIGKILL -- %s" % unit)
+        parts.append("systemctl reset-failed -- %s" % unit)
+        parts.append("systemctl start --no-block -- %s" % unit)
         return ["/bin/sh", "-c", "; ".join(parts)]
 
-    def arm(self, after_s: int, sweep_tag: str | None, action: str = "start") -> dict[str, Any]:
-        """(Re-)arm the switch to fire `after_s` seconds from now (a transient timer + service)."""
+    def arm(self, after_s: int, sweep_tag: str | None, action: str = "start", heartbeat: str | None = None,
+            beat_for_s: int = 0, now: float | None = None) -> dict[str, Any]:
+        """(Re-)arm the switch to fire `after_s` seconds from now at the latest (a transient timer + service), for
+        the start of the unit that runs now (its InvocationID, read here). With a `heartbeat` file (written just
+        before, promising the next contact within `beat_for_s`), the timer fires every check_s (a quarter of that,
+        2-15 s) and the switch acts once the promise is broken: a dead controller costs the grace, not the worst case."""
         if after_s < 1:
             raise UnitError("the dead-man switch of %s needs a deadline of at least 1 s, got %s" % (self.name, after_s))
+        check_s = max(2, min(15, beat_for_s // 4)) if heartbeat else 0
         if self.check_mode:
-            return {"changed": True, "switch": self.switch, "fires_in_s": after_s}
+            return {"changed": True, "switch": self.switch, "fires_in_s": after_s, "check_s": check_s}
+        invocation = self.show("InvocationID").get("InvocationID", "") if action == "restart" else ""
+        outer_at = math.ceil(time.time() if now is None else now) + after_s
+        command = self.switch_command(sweep_tag, action, invocation, heartbeat, outer_at)
         self.disarm()
-        self.run(["systemd-run", "--unit=" + self.switch, "--on-active=%ds" % after_s, "--timer-property=AccuracySec=1s",
+        timing = (["--on-active=%ds" % check_s, "--on-unit-active=%ds" % check_s] if heartbeat else ["--on-active=%ds" % after_s])
+        self.run(["systemd-run", "--unit=" + self.switch, *timing, "--timer-property=AccuracySec=1s",
                   "--description=benchmark-cycle dead-man switch: %ss %s.service" % (action, self.name), "--",
-                  *self.switch_command(sweep_tag, action)], timeout=self.timeout)
+                  *command], timeout=self.timeout)
         _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3))
         if out.strip() != "active":
             raise UnitError("could not arm the dead-man switch %s.timer for %s (state %s): the cycle would not be safe "
                             "without its controller, so it stops here" % (self.switch, self.name, out.strip()))
-        return {"changed": True, "switch": self.switch, "fires_in_s": after_s, "switch_action": action}
+        return {"changed": True, "switch": self.switch, "fires_in_s": after_s, "switch_action": action,
+                "armed_for_invocation": invocation, "check_s": check_s}
 
-    def disarm(self) -> dict[str, Any]:
+    def disarm(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+               wait_s: float = 30) -> dict[str, Any]:
+        """Stop the switch's timer. A switch that is firing right now is let finish (it takes seconds), never
+        killed halfway: cut between its kill and its start, it would leave the unit down."""
         if self.check_mode:
             return {"changed": False, "switch": self.switch}
         _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3, 4))
         was = out.strip() == "active"
         self.systemctl("stop", self.switch + ".timer", ok=(0, 1, 5))
-        self.systemctl("stop", self.switch + ".service", ok=(0, 1, 5))
+        deadline = clock() + wait_s
+        while self.systemctl("is-active", self.switch + ".service", ok=(0, 3, 4))[1].strip() in ACTIVE_STATES:
+            if clock() >= deadline:
+                raise UnitError("the dead-man switch %s.service of %s is still firing after %d s: see journalctl -u %s.service"
+                                % (self.switch, self.name, wait_s, self.switch))
+            sleep(0.2)
         self.systemctl("reset-failed", self.switch + ".timer", self.switch + ".service", ok=(0, 1, 5))
         return {"changed": was, "switch": self.switch, "was_armed": was}
 
@@ -392,18 +466,55 @@ class Unit:
         shown = self.show("ActiveState", "InvocationID")
         state, invocation = shown["ActiveState"], shown.get("InvocationID", "")
         if only_invocation is not None and invocation != only_invocation:
+            if not self.check_mode:
+                self.disarm()  # another start runs (the switch's, an operator's): this cycle awaits it, the switch is done
             return {"changed": False, "was": state, "n_restarts": 0, "sweeps_ended": [], "invocation_id": invocation}
         changed = restart or state not in ACTIVE_STATES
         if self.check_mode:
             return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": [], "invocation_id": invocation}
         ended = self.end_sweep(sweep_tag)
+        killed = self.end_now() if restart and state in ACTIVE_STATES else {}
         # systemd counts deliberate starts against StartLimitBurst too; reset-failed also sets
         # NRestarts to 0 (service_reset_failed), the baseline a crash loop is measured from
         self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
         if changed:
-            self.systemctl("restart" if restart else "start", "--no-block", self.name + ".service")
+            self.systemctl("start", "--no-block", self.name + ".service")
         self.disarm()
-        return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended, "invocation_id": invocation}
+        return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended, "invocation_id": invocation,
+                "ended_by_sigkill": killed}
+
+    def end_now(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                wait_s: float = 30) -> dict[str, str]:
+        """End a server whose state is not known (paused, released, a failed resume) within a bound that
+        does not depend on what its front end holds, and read back that it ended.
+
+        Why not a SIGTERM: SGLang's SIGTERM handler drains every request the tokenizer manager holds
+        (sigterm_watchdog loops while rid_to_state is not empty, "Gracefully exiting... Remaining number of
+        requests N" every 5 s), and a paused server holds each new request in its front end until
+        continue_generation, so a stop lasts until TimeoutStopSec (105 s measured on the H200). What it
+        holds can never be served by this start of it (generation paused, memory released); what ran was
+        aborted by the pause. So: a stop job first (systemd never applies Restart= to a unit whose stop
+        was requested: the kill below cannot start an automatic restart, and no start is queued that the
+        kill could hit), then SIGKILL to every process of the unit, then the unit read back as ended."""
+        service = self.name + ".service"
+        self.systemctl("stop", "--no-block", service)
+        # --kill-who: the spelling systemd before 252 knows, and a prefix 252 takes for --kill-whom. Exit 1
+        # when its processes are gone already; any other failure shows in the read-back below, with its words
+        rc, out, err = self.run(["systemctl", "--kill-who=all", "--signal=SIGKILL", "--", "kill", service], timeout=self.timeout)
+        deadline = clock() + wait_s
+        while True:
+            now = self.show("ActiveState", "SubState", "Result")
+            if now.get("ActiveState") in ("inactive", "failed"):
+                return now
+            if clock() >= deadline:
+                # a start is queued behind the stop all the same: the unit comes back once its processes are gone
+                self.systemctl("start", "--no-block", service, ok=(0, 1))
+                raise UnitError("%s is still %s/%s %d s after SIGKILL to all its processes%s: a start is queued behind "
+                                "the stop; see systemctl status %s and nvidia-smi on the host (a process stuck in the "
+                                "GPU driver?)" % (service, now.get("ActiveState"), now.get("SubState"), wait_s,
+                                                  " (systemctl kill exited %d: %s)" % (rc, (err or out).strip()) if rc else "",
+                                                  service))
+            sleep(0.2)
 
     def rollback(self) -> dict[str, Any]:
         """Put back what this cycle's install replaced, and only that; without such files there is
@@ -422,7 +533,9 @@ class Unit:
             return {"changed": False, "rolled_back": False, "restored": [], "n_restarts": 0, "rollback_dir": kept_dir}
         if not self.check_mode:
             self.systemctl("daemon-reload")
+            if self.show("ActiveState").get("ActiveState") in ACTIVE_STATES:
+                self.end_now()  # a server that failed its readiness: what its front end holds must not hold the stop
             self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
-            self.systemctl("restart", "--no-block", self.name + ".service")
+            self.systemctl("start", "--no-block", self.name + ".service")
         return {"changed": True, "rolled_back": True, "restored": restored, "n_restarts": 0,
                 "rollback_dir": kept_dir}

@@ -14,6 +14,7 @@ OUT=${OUT:-/tmp/e2e-out}; W=/tmp/e2e; ARCHIVE=e2e.tar.gz
 SCENARIO=${SCENARIO:-cycle}
 # shellcheck source=tests/gpu/setup.sh
 source tests/gpu/setup.sh
+trap 'finish; exit 124' TERM  # a run cut at its time limit still brings back what it has
 # shellcheck source=/dev/null
 source tests/gpu/sd-boot.sh
 SD_DEBS=.sd sd_boot >> "$W/summary.txt" 2>&1 || { log "systemd did not boot"; exit 1; }
@@ -61,7 +62,7 @@ print(json.dumps({"bc_stop_policy": sys.argv[1], "bc_lb_remove": {"argv": ["/tmp
 PY
 }
 mkdir -p /tmp/bc-textfile
-if [ "$SCENARIO" = release ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
+if [ "$SCENARIO" = release ] || [ "$SCENARIO" = site ] || [ "$SCENARIO" = owner ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
   play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(site always on)"
 else
   play provision playbooks/gpu_provision.yml -i inventory/gpu
@@ -179,5 +180,72 @@ PY
   : > "$ROUTER"; cycle saver-off always off
   load saver-off
   cp -r /tmp/bc-results "$W/results" 2>/dev/null
+fi
+if [ "$SCENARIO" = site ]; then
+  # #24: the site around the server through every cycle (lab/site_sim.py: a load balancer's health check
+  # every 2 s, a stray completion straight to the port every 3 s, a metrics scrape every 5 s, in every phase):
+  # three release cycles in a row, a stop cycle, then the controller SIGKILLed during a release cycle's sweep
+  # while the paused server holds a request, and a re-run; the unit's state after each, systemctl --failed
+  ROUTER="$W/router.txt"; printf '#!/bin/sh\necho "$1 $(date +%%s.%%N)" >> %s\n' "$ROUTER" > /tmp/lb-hook; chmod +x /tmp/lb-hook
+  python3 lab/site_sim.py --url http://127.0.0.1:30001 --health-every 2 --request-every 3 --scrape-every 5 \
+    --timeout 120 --log "$W/site.jsonl" > "$W/site-sim.log" 2>&1 & SIM=$!
+  unit_state() { sd systemctl show -p ActiveState -p SubState -p Result -p NRestarts -p InvocationID $UNIT | tr '\n' ' '; }
+  site auto on > "$W/site-release.json"; site always on > "$W/site-stop.json"
+  failed_tasks() { grep -E -A8 '^fatal:|FAILED!' "$W/$1.log" | cut -c1-600 | head -40 >> "$W/summary.txt"; }
+  CASES=${SITE_CASES:-cycles killed}
+  [[ " $CASES " == *" cycles "* ]] && for i in 1 2 3; do
+    : >> "$ROUTER"; play "release$i" benchmark_cycle.yml -i inventory/gpu -e @"$W/site-release.json" || failed_tasks "release$i"
+    log "release$i: $(grep -o 'its KV cache released in place[^"]*' "$W/release$i.log" | head -1 | cut -c1-90); after: $(serving); unit: $(unit_state)"
+  done
+  [[ " $CASES " == *" cycles "* ]] && { play stop benchmark_cycle.yml -i inventory/gpu -e @"$W/site-stop.json" || failed_tasks stop; }
+  [[ " $CASES " == *" cycles "* ]] && log "stop: after_stop $(grep -oE '"after_stop": \{[^}]*\}' "$W/stop.log" | head -1); reset_failed $(grep -oE '"reset_failed": (true|false)' "$W/stop.log" | head -1)"
+  [[ " $CASES " == *" cycles "* ]] && log "stop: after: $(serving); unit: $(unit_state)"
+  # the controller dies mid-sweep of a release cycle; meanwhile a client's request reaches the paused server
+  BEFORE=$(sd systemctl show -p MainPID --value $UNIT)
+  play killed benchmark_cycle.yml -i inventory/gpu -e @"$W/site-release.json" & PLAY=$!
+  for _ in $(seq 1 1200); do pgrep -f '[b]c_marlin' > /dev/null && break; sleep 0.1; done
+  curl -s -m 300 -H 'Content-Type: application/json' -d '{"model":"kimi-k2.6","prompt":"2+2=","max_tokens":2}' \
+    http://127.0.0.1:30001/v1/completions -o "$W/held.json" -w 'held request: %{http_code} in %{time_total}s\n' >> "$W/held.txt" 2>&1 &
+  HELD=$!
+  sleep 2
+  pkill -KILL -f '[a]nsible-playbook'; KILLED=$(date +%s.%N)
+  wait $PLAY 2>/dev/null
+  log "controller SIGKILLed in the sweep (sweep still running: $(pgrep -fc '[b]c_marlin')); unit: $(unit_state)"
+  play rerun benchmark_cycle.yml -i inventory/gpu -e @"$W/site-release.json" || failed_tasks rerun
+  log "rerun: $(grep -oE 'broke the lock of cycle [^ ]+' "$W/rerun.log" | head -1); killed -> rerun ended $(since "$KILLED") s"
+  log "rerun: after: $(serving); unit: $(unit_state); MainPID before $BEFORE, now $(sd systemctl show -p MainPID --value $UNIT)"
+  kill $HELD 2>/dev/null; wait $HELD 2>/dev/null; log "held request: $(cat "$W/held.txt" 2>/dev/null) $(head -c 200 "$W/held.json" 2>/dev/null)"
+  log "router: $(awk '{print $1}' "$ROUTER" | tr '\n' ' ')"
+  kill $SIM; wait $SIM 2>/dev/null
+  log "site saw: $(python3 lab/site_sim.py --summary "$W/site.jsonl")"
+  log "systemctl --failed: [$(sd systemctl --failed --no-legend --plain | tr '\n' ';')]"
+  journal site
+fi
+if [ "$SCENARIO" = owner ]; then
+  # #26: the controller lost (ansible-playbook and its workers SIGKILLed at once) during a release cycle's sweep,
+  # with a 20 s grace and nothing else: the host's switch reads the heartbeat's broken promise, ends the sweep and
+  # restarts the released server; then the recovery job says what it finds, takes the lock over and puts the
+  # host back in the router
+  ROUTER="$W/router.txt"; printf '#!/bin/sh\necho "$1 $(date +%%s.%%N)" >> %s\n' "$ROUTER" > /tmp/lb-hook; chmod +x /tmp/lb-hook
+  unit_state() { sd systemctl show -p ActiveState -p SubState -p NRestarts -p InvocationID $UNIT | tr '\n' ' '; }
+  site auto on | python3 -c 'import json,sys; d=json.load(sys.stdin); d.update(bc_switch_grace_s=20, bc_sweep_iters=2000); print(json.dumps(d))' \
+    > "$W/owner.json"
+  play lost benchmark_cycle.yml -i inventory/gpu -e @"$W/owner.json" & PLAY=$!
+  for _ in $(seq 1 1800); do pgrep -f '[b]c_marlin' > /dev/null && break; sleep 0.1; done
+  sleep 3
+  log "before the loss: $(unit_state); heartbeat promise in $(( $(sd cat /run/lock/benchmark-cycle-$UNIT.lock/heartbeat 2>/dev/null || echo 0) - $(date +%s) )) s"
+  pkill -KILL -f '[a]nsible-playbook'; LOST=$(date +%s.%N)
+  wait $PLAY 2>/dev/null
+  log "controller lost in the sweep (sweeps running: $(pgrep -fc '[b]c_marlin')); unit: $(unit_state)"
+  if wait_serving 400; then log "serving again $(since "$LOST") s after the loss: $(serving); unit: $(unit_state)"
+  else log "NOT serving 400 s after the loss: $(serving)"; fi
+  sd journalctl --no-pager -o short-iso -u "bc-deadman-$UNIT.service" | grep -v 'Started\|Deactivated' > "$W/switch.txt" 2>&1
+  log "switch: $(tail -c 400 "$W/switch.txt")"
+  play recover playbooks/recover.yml -i inventory/gpu -e @"$W/owner.json"
+  log "recover: $(grep -oE 'h200: (the lock|no lock)[^"]*' "$W/recover.log" | head -1 | cut -c1-400)"
+  log "recover: $(grep -oE '[a-z0-9]+ recovered: [^"]*' "$W/recover.log" | head -1); after: $(serving); locks left: $(sd ls /run/lock | grep -c '^benchmark-cycle')"
+  log "router: $(awk '{print $1}' "$ROUTER" | tr '\n' ' ')"
+  log "systemctl --failed: [$(sd systemctl --failed --no-legend --plain | tr '\n' ';')]"
+  journal owner
 fi
 log "done"

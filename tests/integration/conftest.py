@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,11 +18,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from ansible.module_utils.bc_host import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-HOST = "lab1"
-CONTAINER = "bc-lab-1"
+# Fault cases run in parallel (pytest-xdist, `-n N`): worker gwK owns lab host lab<K+1> (container bc-lab-<K+1>) and
+# nothing else: its own inventory with that host alone, so its unit, ports, lock and results are its own.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+HOST = f"lab{int(WORKER.removeprefix('gw')) + 1}"
+CONTAINER = f"bc-lab-{int(WORKER.removeprefix('gw')) + 1}"
+INVENTORY = "inventory/lab" if WORKERS == 1 else f".lab/inventory-{HOST}"
+# a developer's own lab host, provisioned by hand beside a running suite (BC_LAB_INVENTORY: an inventory with that one
+# host, its lab_container named; BC_LAB_PROVIDED=1): the cases run against it alone
+if os.environ.get("BC_LAB_INVENTORY"):
+    INVENTORY = os.environ["BC_LAB_INVENTORY"]
+    _own = yaml.safe_load((Path(INVENTORY) / "hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
+    (HOST, _vars), = _own.items()
+    CONTAINER = _vars["lab_container"]
 
 
 @dataclass
@@ -48,7 +64,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def playbook_cmd(path: str, *extra: str, extra_vars: dict | None = None) -> list[str]:
-    cmd = [str(BIN / "ansible-playbook"), path, "-i", "inventory/lab", *extra]
+    cmd = [str(BIN / "ansible-playbook"), path, "-i", INVENTORY, *extra]
     return [*cmd, "-e", json.dumps(extra_vars)] if extra_vars else cmd
 
 
@@ -79,8 +95,6 @@ def artifacts() -> dict[str, str]:
 
 
 def lab_hosts() -> dict[str, dict[str, Any]]:
-    import yaml
-
     return yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
 
 
@@ -88,6 +102,8 @@ def provided(count: int) -> bool:
     """molecule made the lab (create + converge): use it as it is."""
     if os.environ.get("BC_LAB_PROVIDED") != "1":
         return False
+    if os.environ.get("BC_LAB_INVENTORY"):
+        return True
     if len(lab_hosts()) != count:
         raise pytest.UsageError(f"BC_LAB_PROVIDED=1 but inventory/lab/hosts.yml has {len(lab_hosts())} host(s), not {count}")
     return True
@@ -95,9 +111,26 @@ def provided(count: int) -> bool:
 
 def lab_up(count: int) -> None:
     if not provided(count):
+        if WORKERS > 1:
+            raise pytest.UsageError(f"{WORKERS} workers need {WORKERS} lab hosts made beforehand: run them as molecule's verify "
+                                    f"(./tasks molecule faults), or ./tasks lab-up {WORKERS} && ./tasks provision, then BC_LAB_PROVIDED=1")
         subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "up", str(count)], check=True, cwd=ROOT, env=env())
         run = playbook("playbooks/lab_provision.yml", extra_vars=artifacts())
         assert run.rc == 0, run.out[-3000:]
+
+
+def own_inventory() -> None:
+    """A parallel worker's inventory: the lab's, with this worker's host alone (the group_vars are the lab's)."""
+    if WORKERS == 1 or os.environ.get("BC_LAB_INVENTORY"):
+        return
+    lab = yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())
+    hosts = lab["all"]["children"]["inference"]["hosts"]
+    lab["all"]["children"]["inference"]["hosts"] = {HOST: hosts[HOST]}
+    inventory = ROOT / INVENTORY
+    inventory.mkdir(parents=True, exist_ok=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(lab))
+    if not (inventory / "group_vars").exists():
+        (inventory / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
 
 
 LAB_UNIT: dict[str, str] = {}
@@ -109,7 +142,8 @@ def unit_sum() -> str:
 
 @pytest.fixture(scope="session")
 def lab() -> str:
-    lab_up(1)
+    lab_up(WORKERS)
+    own_inventory()
     # the SGLang test double, for SGLang-only behaviour under a real systemd
     sh("mkdir -p /opt/sglang-double")
     subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/sglang"), f"{CONTAINER}:/opt/sglang-double/sglang"], check=True)
@@ -137,6 +171,63 @@ def keyless_double():
     subprocess.run(["podman", "exec", CONTAINER, "sh", "-c",
                     "f=/etc/benchmark-cycle/sglang-double.secrets.yaml; [ -e $f ] || exit 0; "
                     "systemctl stop sglang-double; rm -f $f"], capture_output=True, timeout=120, check=False)
+
+
+def orphaned_controllers(inventory: str = INVENTORY, proc_root: str = "/proc") -> list[int]:
+    """This project's ansible-playbook processes for `inventory` whose parent is known and no python (neither a
+    live ansible-playbook nor pytest nor ansible-runner): the workers of a controller a case killed. ansible-core
+    runs each worker in its own session (executor/process/worker.py), so a SIGKILL of ansible-playbook or of its
+    process group (AWX's Cancel through ansible-runner) leaves them, reparented to init and blocked on the dead
+    controller's queue. A parent that cannot be read (gone meanwhile, or this pytest process) kills nothing."""
+    procs = processes(proc_root)
+    argv_of = {p["pid"]: p["argv"] for p in procs}
+    playbook = str(BIN / "ansible-playbook")
+    return [p["pid"] for p in procs
+            if playbook in p["argv"] and any(inventory in w for w in p["argv"])
+            and p["ppid"] in argv_of and not any("python" in w for w in argv_of[p["ppid"]])]
+
+
+@pytest.fixture(autouse=True)
+def no_orphaned_controllers():
+    """After each case, the workers of any controller it killed are ended (they would stay for ever, and the next
+    case's lab host is the same): the product's side of a lost controller is the host's switch; this is the
+    test machine's own cleanup."""
+    yield
+    for pid in orphaned_controllers():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+SITE_LOG = "/var/log/bc-site.jsonl"
+SITE_URLS = ("http://127.0.0.1:8080", "http://127.0.0.1:30001")  # the lab's llama-server and the SGLang double
+
+
+@pytest.fixture(autouse=True)
+def site(request: pytest.FixtureRequest):
+    """The site around the server in every lab case (lab/site_sim.py on the lab host): a load balancer's health
+    checker (every 2 s), stray clients sending completions straight to the port (every 5 s) and a metrics scraper
+    (every 5 s), through the whole case, whatever phase the server is in. A case without it says why
+    (@pytest.mark.quiet_site("why")); BC_SITE_SIM=0 turns it off for a local debugging run. What the site saw is
+    the case's row in docs/reliability.md, and a case where the site made no health check did not run with it."""
+    quiet = request.node.get_closest_marker("quiet_site")
+    if quiet or "lab" not in request.fixturenames or os.environ.get("BC_SITE_SIM") == "0":
+        yield None
+        return
+    request.getfixturevalue("lab")
+    subprocess.run(["podman", "cp", str(ROOT / "lab/site_sim.py"), f"{CONTAINER}:/usr/local/bin/bc-site-sim"], check=True, timeout=60)
+    urls = " ".join(f"--url {u}" for u in SITE_URLS)
+    stop = "[ -f /run/bc-site.pid ] && kill -TERM $(cat /run/bc-site.pid); rm -f /run/bc-site.pid"
+    sh(f"{stop}; rm -f {SITE_LOG}; nohup python3 /usr/local/bin/bc-site-sim {urls} --request-every 5 --log {SITE_LOG} >/dev/null 2>&1 & "
+       "echo $! > /run/bc-site.pid")
+    yield SITE_LOG
+    sh(stop, check=False)
+    seen = json.loads(sh(f"python3 /usr/local/bin/bc-site-sim --summary {SITE_LOG}", check=False) or "{}")
+    for row in ROWS:
+        if row["test"] == test_id(request.node):
+            row["site"] = seen
+    assert seen.get("health"), f"the site simulator made no health check during the case: {seen}"
 
 
 H200_REPORT = ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml"
@@ -174,6 +265,72 @@ def serving(port: int = 8080, container: str = CONTAINER) -> str:
     return f"{state}, answers 2+2={answer}" if answer is not None else f"{state}, no answer"
 
 
+def wait_for(what: str, check: Any, within_s: float) -> None:
+    """Poll `check` until it holds, `within_s` at most (a hang guard sized for a loaded machine, not a timing
+    assertion); fails naming `what` if it never held."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and not check():
+        time.sleep(0.3)
+    assert check(), f"{what} did not happen within {within_s:.0f} s"
+
+
+def wait_in_host(condition: str, within_s: float, container: str = CONTAINER) -> None:
+    """Until the shell `condition` holds on the lab host, checked there every 0.1 s (one `podman exec`: from the
+    controller each look costs seconds on a loaded machine, and a short-lived state slips between two looks)."""
+    proc = subprocess.run(["podman", "exec", container, "timeout", str(int(within_s)), "sh", "-c",
+                           f"until {condition}; do sleep 0.1; done"], capture_output=True, text=True,
+                          timeout=within_s + 60, check=False)
+    assert proc.returncode == 0, f"{condition!r} did not hold on {container} within {within_s:.0f} s"
+
+
+def sweeping(container: str = CONTAINER) -> bool:
+    return "ansible.module_utils.bc_marlin" in sh("pgrep -af [b]c_marlin || true", container=container)
+
+
+def wait_for_sweep(proc: subprocess.Popen | None = None, within_s: float = 900, container: str = CONTAINER) -> None:
+    """Until a cycle's sweep runs on the lab host: a loaded machine (3 workers on 2 cores) takes minutes to get from
+    a playbook's start to its sweep, so a case that acts "mid-sweep" waits for it, and fails if it never came or
+    the playbook (`proc`) ended first - never acts early by a timer."""
+    wait_for("the sweep", lambda: sweeping(container) or (proc is not None and proc.poll() is not None), within_s)
+    assert proc is None or proc.poll() is None, f"the playbook ended (rc {proc and proc.returncode}) before its sweep ran"
+
+
+def stop_now(unit: str) -> None:
+    """Stop `unit` at once, whatever it holds: a stop job queued (so Restart= never applies), then SIGKILL to all of
+    it (a server still holding a case's long request would drain it until TimeoutStopSec)."""
+    sh(f"systemctl stop --no-block {unit}; systemctl kill --kill-who=all --signal=SIGKILL {unit} 2>/dev/null; "
+       f"for i in $(seq 100); do systemctl is-active -q {unit} || break; sleep 0.1; done; systemctl reset-failed {unit} 2>/dev/null; "
+       f"! systemctl is-active -q {unit}")
+
+
+GATE = "/run/bc-sweep-gate"
+# the lab's own sweep interpreter (its group_vars), which the gated one runs once the gate opens
+LAB_SWEEP_PYTHON = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_sweep_python"]
+
+
+def gated_sweep_python(container: str = CONTAINER) -> str:
+    """The lab's sweep interpreter behind a gate: the sweep (the run with --tag; not the preflight's import check)
+    waits until GATE exists, so a case holds a cycle in its sweep for as long as it needs without burning CPU in a
+    long CPU sweep (that made a case 23 minutes long on a busy machine). Returns the interpreter to give as
+    bc_sweep_python; the gate starts closed."""
+    sh(f"rm -f {GATE}; printf '%s\\n' '#!/bin/sh' "
+       f"'case \" $* \" in *\" --tag \"*) while [ ! -e {GATE} ]; do sleep 0.2; done;; esac' "
+       f"'exec {LAB_SWEEP_PYTHON} \"$@\"' > /usr/local/bin/bc-gated-python; chmod 755 /usr/local/bin/bc-gated-python",
+       container=container)
+    return "/usr/local/bin/bc-gated-python"
+
+
+def open_sweep_gate(container: str = CONTAINER) -> None:
+    sh(f"touch {GATE}", container=container)
+
+
+def in_flight_at_deadline(out: str) -> float:
+    """The in-flight count a drain that gave up at its deadline reported (0 if it did not): a case's held
+    request, plus whatever the site's stray clients had in flight at that moment."""
+    found = re.search(r"drain deadline passed: (\d+(?:\.\d+)?) request\(s\) still in flight", out)
+    return float(found.group(1)) if found else 0.0
+
+
 # -- the reliability table (docs/reliability.md): one row per fault test, every cell measured -----
 # The faults and the fleet scenarios are separate pytest sessions: each one replaces the rows of the
 # tests it ran (a test that failed loses its row) in <doc>.json and renders the whole table again.
@@ -196,7 +353,19 @@ def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) 
     RAN.add(f"{Path(location[0]).name}::{location[2].split('.')[-1]}")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist, on the controlling process: a worker's rows and the cases it ran join this session's."""
+    output = getattr(node, "workeroutput", {})
+    ROWS.extend(json.loads(output.get("bc_rows", "[]")))
+    RAN.update(json.loads(output.get("bc_ran", "[]")))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:  # a pytest-xdist worker: the controlling process writes the table
+        worker_output["bc_rows"], worker_output["bc_ran"] = json.dumps(ROWS), json.dumps(sorted(RAN))
+        return
     if not ROWS:
         return
     from reliability import merge, render

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = [("fault", "fault (how it is injected)"), ("did", "what the cycle did"), ("service_after", "service after the run"),
-           ("data_kept", "data kept"), ("detect_s", "time to detect"), ("run_s", "run time")]
+           ("data_kept", "data kept"), ("detect_s", "time to detect"), ("run_s", "run time"),
+           ("site", "what the site saw (health checks, stray requests, scrapes: outcome x count)")]
 
 
 def merge(kept: list[dict[str, Any]], new: list[dict[str, Any]], ran: set[str], tests: Path) -> list[dict[str, Any]]:
@@ -27,6 +28,11 @@ def cell(row: dict[str, Any], key: str) -> str:
     value = row.get(key)
     if key == "fault":
         return f"**{row['fault']}** ({row['injected']})"
+    if key == "site":
+        if not value:
+            return "-"
+        return "; ".join("%s %s" % (kind, " ".join("%s x%d" % kv for kv in sorted(value[kind].items())))
+                         for kind in ("health", "request", "scrape") if value.get(kind))
     if key in ("detect_s", "run_s"):
         return "-" if value is None else f"{value:.2f} s"
     return str(value).replace("|", "\\|").replace("\n", " ")
@@ -51,7 +57,11 @@ def render(rows: list[dict[str, Any]], complete: bool) -> str:
         "PID 1, the real llama-server; the SGLang test double where SGLang behaviour is the point). *Service after*",
         "is measured after the run: `systemctl is-active` and the answer to `2+2=`. *Time to detect* runs from",
         "the moment the fault happened (seen by the test) to the cycle's event that reports it (the",
-        "`benchmark_cycle_progress` callback's timeline).",
+        "`benchmark_cycle_progress` callback's timeline). *What the site saw*: every case runs with the site",
+        "around the server (lab/site_sim.py on the lab host: a load balancer's health check every 2 s, a stray",
+        "completion straight to the port every 5 s (3 s in the rows measured on 2026-12-02), a metrics scrape",
+        "every 5 s, in every phase); each outcome (HTTP status, or refused/timeout) with its count, over both",
+        "lab servers' ports.",
         "",
         "| " + " | ".join(title for _k, title in COLUMNS) + " | test |",
         "|" + "---|" * (len(COLUMNS) + 1),

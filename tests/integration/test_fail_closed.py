@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     H200_REPORT,
+    HOST,
     ROOT,
     Run,
     env,
@@ -109,7 +110,7 @@ def test_a_key_rotation_works_in_one_cycle_whatever_the_strategy(llama, reliabil
 def test_a_target_that_matches_no_host_fails_the_job(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_target": "infrence"})
     assert run.rc != 0 and "bc_target=infrence matches no host of the inventory" in " ".join(run.out.split()), run.out[-3000:]
-    limited = playbook("benchmark_cycle.yml", "--limit", "lab1", extra_vars={"bc_target": "nosuchgroup"})
+    limited = playbook("benchmark_cycle.yml", "--limit", HOST, extra_vars={"bc_target": "nosuchgroup"})
     assert limited.rc != 0 and "matches no host within --limit" in " ".join(limited.out.split()), limited.out[-3000:]
     reliability(fault="target matches no host", injected="-e bc_target=infrence (a typo), and one outside --limit",
                 did="the job fails naming the target and the inventory's groups (it ended green before)",
@@ -161,7 +162,7 @@ def test_router_tokens_stay_out_of_every_channel_and_the_junit_file_is_the_opera
     proc = subprocess.run(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, capture_output=True, text=True,
                           env=env(BC_CYCLE_EVENT_LOG=str(log), BC_CYCLE_JUNIT=str(junit)), timeout=600, check=False)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "the router hook (remove) of lab1 failed: exit 3" in " ".join(out.split()), out[-3000:]
+    assert proc.returncode != 0 and f"the router hook (remove) of {HOST} failed: exit 3" in " ".join(out.split()), out[-3000:]
     assert "lb said no to remove" in out  # the hook's own words are shown, its token is not
     leaks = {"stdout": token in out, "junit": token in junit.read_text(), "events": token in log.read_text(),
              "results": any(token in p.read_text(errors="replace") for p in (ROOT / "results").rglob("*") if p.is_file())}

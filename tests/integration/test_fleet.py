@@ -19,8 +19,10 @@ HOSTS = 3
 
 
 def healthy(port: int) -> bool:
+    """Up: /health answers 200. Down: refused or not 200. A host that answers within 5 s is up: on a loaded machine a
+    serving llama-server is slow to answer, and reading that as down would count a second host out of service."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=0.8) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
             return resp.status == 200
     except OSError:
         return False

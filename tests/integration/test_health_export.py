@@ -12,7 +12,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import H200_REPORT, ROOT, env, install_gpu_double, playbook, playbook_cmd, remove_gpu_double, serve_gpu_report, sh
+from conftest import (
+    H200_REPORT,
+    HOST,
+    ROOT,
+    env,
+    gated_sweep_python,
+    install_gpu_double,
+    open_sweep_gate,
+    playbook,
+    playbook_cmd,
+    remove_gpu_double,
+    serve_gpu_report,
+    sh,
+    wait_for_sweep,
+)
 from junitparser import Failure, JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 from test_guarantees import pid, router, with_router
@@ -42,7 +56,7 @@ def test_a_sick_gpu_gets_no_benchmark_and_nothing_is_stopped(gpu_lab, reading, r
     before = pid()
     run = playbook("benchmark_cycle.yml", extra_vars=with_router())
     out = " ".join(run.out.split())
-    assert run.rc != 0 and "GPU health (pre) on lab1: GPU 0 (NVIDIA H200, GPU-17e71e43" in out, out[-3000:]
+    assert run.rc != 0 and f"GPU health (pre) on {HOST}: GPU 0 (NVIDIA H200, GPU-17e71e43" in out, out[-3000:]
     assert reading in out and "Nothing was stopped" in out
     assert pid() == before and router() == []  # never drained, never out of the router
     reliability(fault="sick GPU before the cycle (%s)" % reading, injected="the real H200 nvidia-smi -q -x with %s" % reading,
@@ -53,15 +67,16 @@ def test_a_sick_gpu_gets_no_benchmark_and_nothing_is_stopped(gpu_lab, reading, r
 def cycle_turning_sick(extra: dict, tmp: Path) -> tuple[int, str, Path]:
     """A cycle whose GPU goes bad during its sweep (the report changes once the sweep has started)."""
     log, junit = tmp / "events.jsonl", tmp / "junit.xml"
+    # the sweep held at a gate until the GPU has gone bad: whatever the machine's speed, the change lands during it
+    extra = dict(extra, bc_sweep_python=gated_sweep_python())
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, text=True,
                             env=env(BC_CYCLE_EVENT_LOG=str(log), BC_CYCLE_JUNIT=str(junit)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and '"task": "gpu_benchmark : Sweep tp1 torch"' not in (log.read_text() if log.exists() else ""):
-        time.sleep(0.1)
+    wait_for_sweep(proc)
     # a row remap pending: the GPU needs a reset (its own heat after a sweep would only warn)
     serve_gpu_report(H200.replace(*FAULTS["remapped_rows_pending=True"], 1))
-    out, _ = proc.communicate(timeout=600)
+    open_sweep_gate()
+    out, _ = proc.communicate(timeout=1800)
     return proc.returncode, out, junit
 
 
@@ -98,7 +113,7 @@ def test_a_gpu_that_goes_bad_during_the_sweep_fails_the_cycle_and_the_policy_dec
         # what Grafana received: one annotation of the window, with the token, tagged as failed
         assert len(grafana.annotations) == 1, grafana.received
         note = grafana.annotations[0]
-        assert {"benchmark-cycle", "lab1", "llama-lab", "failed", "lab"} <= set(note["tags"])
+        assert {"benchmark-cycle", HOST, "llama-lab", "failed", "lab"} <= set(note["tags"])
         assert 0 < note["timeEnd"] - note["time"] <= (time.monotonic() - started) * 1000 + 1000
         assert grafana.received[0]["headers"]["Authorization"] == "Bearer " + TOKEN
     finally:
@@ -117,6 +132,6 @@ def test_a_grafana_that_refuses_the_token_is_a_warning_not_a_failed_cycle(gpu_la
         run = playbook("benchmark_cycle.yml", extra_vars={"bc_grafana_annotation": {"url": grafana.url, "token": TOKEN}})
         assert run.rc == 0, run.out[-3000:]
         assert "WARNING: the Grafana annotation failed: HTTP 401" in run.out and TOKEN not in run.out
-        assert json.loads(grafana.received[0]["body"])["text"].startswith("benchmark cycle on lab1")
+        assert json.loads(grafana.received[0]["body"])["text"].startswith(f"benchmark cycle on {HOST}")
     finally:
         grafana.close()

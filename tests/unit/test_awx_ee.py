@@ -30,7 +30,8 @@ def test_survey_covers_what_operators_choose():
     survey = json.loads((ROOT / "awx/survey.json").read_text())
     variables = {q["variable"] for q in survey["spec"]}
     assert variables == {"bc_target", "bc_sweep_batch_sizes", "bc_sweep_tp_sizes", "bc_sweep_backends",
-                         "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break", "bc_gpu_health_policy", "bc_gpu_health_dcgm"}
+                         "bc_readiness_timeout_s", "bc_stop_policy", "bc_lock_break_token", "bc_gpu_health_policy",
+                         "bc_gpu_health_dcgm"}
     # what a bad day needs: every answer the survey offers passes the preflight's own check
     from bc_filters import settings_problems
     contract = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
@@ -57,8 +58,8 @@ def test_survey_answers_never_override_the_inventory_unless_the_operator_gave_th
     has a default, none is required (an unanswered one is not sent), and a text answer must be at least
     one character (_survey_element_validation refuses a shorter one: an empty answer never reaches the
     play as "")."""
-    survey = json.loads((ROOT / "awx/survey.json").read_text())
-    for q in survey["spec"]:
+    questions = [q for name in ("survey.json", "recover_survey.json") for q in json.loads((ROOT / "awx" / name).read_text())["spec"]]
+    for q in questions:
         if q["type"] in ("text", "textarea"):
             assert int(q.get("min", 0)) >= 1, q["variable"]
         if q["variable"] == "bc_target":  # the plays' own keyword: no inventory value to override
@@ -89,3 +90,15 @@ def test_ansible_builder_creates_the_build_context(tmp_path):
     assert "ansible-core==2.19.14" in containerfile or "ansible-core==2.19.14" in "".join(
         p.read_text() for p in (tmp_path / "ctx").rglob("*.txt"))
     assert (tmp_path / "ctx" / "_build" / "requirements.yml").exists()
+
+
+def test_the_recovery_job_runs_the_recovery_playbook_with_its_own_answers():
+    """One job for a host a dead cycle left: playbooks/recover.yml, asking only what recovery needs (which hosts,
+    and the token of a lock to break), each a setting of the contract."""
+    template = next(t for t in PLAY["tasks"] if t["name"].startswith("Recovery job"))["awx.awx.job_template"]
+    assert template["playbook"] == "playbooks/recover.yml" and (ROOT / template["playbook"]).exists()
+    assert template["survey_spec"] == "{{ lookup('ansible.builtin.file', 'recover_survey.json') | from_json }}"
+    survey = json.loads((ROOT / "awx/recover_survey.json").read_text())
+    assert {q["variable"] for q in survey["spec"]} == {"bc_target", "bc_lock_break_token"}
+    contract = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
+    assert "bc_lock_break_token" in contract

@@ -120,6 +120,32 @@ def test_the_drain_reads_live_counts_not_the_sampled_gauges(double):
         client.kill()
 
 
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.16"])
+def test_a_request_waiting_for_its_prefill_is_in_flight_though_the_load_snapshot_says_none(double, version):
+    """From 0.5.16 /v1/loads is the scheduler's snapshot, published at a prefill batch and when idle: a request
+    in its waiting queue reads as none there. The front end's live gauge (sglang:http_requests_active) counts it,
+    on 0.5.10 too; the drain reads both."""
+    url = double(*CT200, version=version, BC_DOUBLE_QUEUE_S="8")
+    client = subprocess.Popen(["curl", "-s", "-m", "30", "-d", '{"prompt": "x", "max_tokens": 1}', url + "/v1/completions"],
+                              stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        loads = json.loads(subprocess.run(["curl", "-s", url + "/v1/loads"], capture_output=True, text=True, timeout=10,
+                                          check=True).stdout)
+        waiting = loads["loads"][0]["num_waiting_reqs"]
+        assert waiting == (1 if version == "0.5.10" else 0), loads  # 0.5.10 asks the scheduler; 0.5.16 reads the snapshot
+        r = adhoc("inference_health", {"url": url, "probe": "load", "engine_version": version})
+        assert r["in_flight"] == 1.0 and r["in_flight_by_metric"]["front end (sglang:http_requests_active)"] == 1.0, r
+    finally:
+        client.kill()
+
+
+def test_without_metrics_the_front_end_is_unknown_and_unknown_is_not_zero(double):
+    url = double(*[a for a in CT200 if a != "--enable-metrics"], version="0.5.16")
+    r = adhoc("inference_health", {"url": url, "probe": "load", "engine_version": "0.5.16"})
+    assert r["in_flight"] is None and "front end are not counted" in r["in_flight_unknown"], r
+
+
 def test_a_hung_scheduler_fails_the_readiness_probe_naming_it(double):
     # up, but no token comes back: http_server.py health_generate waits SGLANG_HEALTH_CHECK_TIMEOUT, then 503
     url = double(*CT200, BC_DOUBLE_HANG="1", SGLANG_HEALTH_CHECK_TIMEOUT="16")

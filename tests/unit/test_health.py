@@ -10,10 +10,12 @@ from ansible.module_utils.bc_health import (
     HttpResult,
     classify,
     completion_answer,
+    front_end,
     in_flight,
     journal_stage,
     parse_prometheus,
     parse_unit_show,
+    queued_job,
     startup_phases,
 )
 
@@ -54,6 +56,35 @@ def test_refused_without_a_unit_is_down():
 def test_pointless_waits_fail_at_once(unit, reason):
     r = classify("sglang", "status", REFUSED, unit, 0)
     assert r["failed"] and r["phase"] == "failed" and reason in r["reason"]
+
+
+# `systemctl list-jobs --no-legend --no-pager` as systemd 252 prints it (read in the lab during a restart)
+LIST_JOBS = "175 slowstop.service restart running\n176 other.service start waiting\n"
+
+
+def test_the_queued_job_of_the_unit_is_read_and_no_other_units():
+    assert queued_job(LIST_JOBS, "slowstop.service") == "restart"
+    assert queued_job(LIST_JOBS, "other.service") == "start"
+    assert queued_job(LIST_JOBS, "slow.service") == "" and queued_job("", "slowstop.service") == ""
+    assert queued_job("No jobs running.\n", "slowstop.service") == ""
+
+
+@pytest.mark.parametrize("job", ["start", "restart", "try-restart", "reload-or-start"])
+@pytest.mark.parametrize(("active", "sub"), [("deactivating", "stop-sigterm"), ("inactive", "dead")])
+def test_a_unit_with_a_start_queued_is_waited_for(job, active, sub):
+    """The first half of a restart (the old server still drains), or a start systemd has queued and not run yet:
+    a start follows. Waiting is the point."""
+    r = classify("sglang", "status", REFUSED, dict(ACTIVE, ActiveState=active, SubState=sub, JobType=job), 0)
+    assert not r["failed"] and not r["ready"] and r["phase"] == "restarting" and job in r["reason"]
+
+
+@pytest.mark.parametrize("job", ["", "stop", None])
+def test_a_deactivating_unit_with_no_start_queued_fails_at_once(job):
+    unit = dict(ACTIVE, ActiveState="deactivating", SubState="stop-sigterm")
+    if job is not None:
+        unit["JobType"] = job
+    r = classify("sglang", "status", REFUSED, unit, 0)
+    assert r["failed"] and "deactivating: nothing is starting" in r["reason"]
 
 
 def test_journal_failure_line_fails_the_probe():
@@ -123,6 +154,56 @@ def test_in_flight_work_and_startup_phases_per_engine_and_version():
     assert startup_phases(METRICS, "sglang") == {}  # 0.5.10-0.5.16: no real start-up time gauge
     assert startup_phases(METRICS, resolve("sglang", "0.5.23")[0]) == {"load_weights": 219.3, "cuda_graph": 95.5}
     assert startup_phases(METRICS, "llamacpp") == {}
+
+
+# sglang:http_requests_active as the middleware exports it (utils/common.py 0.5.16:2356-2404): the drain's own
+# scrape, a load balancer's health check held by a pause, and work: one completion, one held chat request
+FRONT = """# TYPE sglang:http_requests_active gauge
+sglang:http_requests_active{endpoint="/metrics",method="GET"} 1.0
+sglang:http_requests_active{endpoint="/health",method="GET"} 3.0
+sglang:http_requests_active{endpoint="/v1/loads",method="GET"} 0.0
+sglang:http_requests_active{endpoint="/v1/completions",method="POST"} 1.0
+sglang:http_requests_active{endpoint="/v1/chat/completions",method="POST"} 1.0
+"""
+# what 0.5.16's /v1/loads says meanwhile: the idle snapshot (the queued completion has had no prefill yet)
+IDLE_SNAPSHOT = json.dumps({"timestamp": "2026-12-02T01:00:00", "version": "0.5.16",
+                            "loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}]})
+
+
+def test_the_front_end_counts_work_and_never_health_checks_scrapes_or_control_calls():
+    assert front_end(FRONT, "sglang") == 2.0
+    assert front_end(FRONT.replace("} 1.0\nsglang:http_requests_active{endpoint=\"/v1/chat", "} 0.0\nsglang:http_requests_active"
+                                   "{endpoint=\"/v1/chat"), "sglang") == 1.0
+    # an endpoint the profile does not know is work: unknown never reads as idle
+    assert front_end('sglang:http_requests_active{endpoint="/v1/rerank",method="POST"} 1.0\n', "sglang") == 1.0
+    # no such gauge (metrics off, a server that is not SGLang): unknown, not zero
+    assert front_end(METRICS, "sglang") is None and front_end("", "sglang") is None
+    assert front_end('sglang:http_requests_active{endpoint="/generate",method="POST"} NaN\n', "sglang") is None
+    assert front_end(FRONT, "llamacpp") is None  # no front-end gauge in that profile
+
+
+def gauges(body: str, status: int = 200) -> HttpResult:
+    return HttpResult(status, body)
+
+
+def test_a_drain_never_reads_zero_from_the_snapshot_while_the_front_end_holds_work():
+    from inference_health import load_fields
+
+    p = {"engine": "sglang"}
+    prof = resolve("sglang", "0.5.16")[0]
+    busy = load_fields(p, prof, HttpResult(200, IDLE_SNAPSHOT), False, gauges(FRONT))
+    assert busy["in_flight"] == 2.0 and busy["in_flight_by_metric"]["front end (sglang:http_requests_active)"] == 2.0
+    idle = load_fields(p, prof, HttpResult(200, IDLE_SNAPSHOT), False,
+                       gauges('sglang:http_requests_active{endpoint="/metrics",method="GET"} 1.0\n'))
+    assert idle["in_flight"] == 0.0  # the drain's own scrape is not work
+    off = load_fields(p, prof, HttpResult(200, IDLE_SNAPSHOT), False, gauges(METRICS))
+    assert off["in_flight"] is None and "enable_metrics: true" in off["in_flight_unknown"]
+    down = load_fields(p, prof, HttpResult(200, IDLE_SNAPSHOT), False, HttpResult(error="timed out", error_kind="timeout"))
+    assert down["in_flight"] is None and "/metrics answered timed out" in down["in_flight_unknown"]
+    # the scheduler's count stays in: the larger of the two
+    assert load_fields(p, prof, HttpResult(200, LOADS), False, gauges(FRONT))["in_flight"] == 5.0
+    # a unit that does not run holds nothing, whatever a stale answer says
+    assert load_fields(p, prof, HttpResult(200, IDLE_SNAPSHOT), True, gauges(FRONT))["in_flight"] == 0.0
 
 
 def test_profiles_follow_the_engine_version_and_say_when_it_is_not_a_known_one():

@@ -68,9 +68,23 @@ def test_literals_parse(module: str) -> None:
     assert isinstance(parsed(module, "RETURN"), dict)
 
 
+def fragment_attributes(names: list[str]) -> dict[str, Any]:
+    """The attributes the named doc fragments (doc_fragments/<name>.py, ModuleDocFragment.DOCUMENTATION) add."""
+    merged: dict[str, Any] = {}
+    for name in names:
+        tree = ast.parse((ROOT / "doc_fragments" / (name + ".py")).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DOCUMENTATION" for t in node.targets)
+                    and isinstance(node.value, ast.Constant)):
+                merged.update(yaml.safe_load(node.value.value).get("attributes") or {})
+    return merged
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_attributes_say_check_and_diff_mode_support(module: str) -> None:
-    attributes = parsed(module, "DOCUMENTATION").get("attributes")
+    doc = parsed(module, "DOCUMENTATION")
+    # a module's own attributes, over those of its doc fragments (as ansible-doc merges them)
+    attributes = {**fragment_attributes(doc.get("extends_documentation_fragment") or []), **(doc.get("attributes") or {})}
     assert isinstance(attributes, dict), "%s: DOCUMENTATION has no attributes" % module
     for name in ("check_mode", "diff_mode"):
         attribute = attributes.get(name)

@@ -243,11 +243,11 @@ def smi_path(tmp_path, monkeypatch):
     return bindir
 
 
-def adhoc_with_gpu(s: Server, smi_dir: Path, args: dict) -> dict:
+def adhoc_with_gpu(s: Server, smi_dir: Path, args: dict, module: str = "inference_memory") -> dict:
     old = dict(os.environ)
     os.environ.update(PATH="%s:%s" % (smi_dir, os.environ["PATH"]), BC_DOUBLE_GPU_DIR=str(s.state_dir))
     try:
-        return adhoc("inference_memory", dict({"url": s.url, "engine_version": "0.5.16"}, **args))
+        return adhoc(module, dict({"url": s.url, "engine_version": "0.5.16"}, **args))
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -255,7 +255,7 @@ def adhoc_with_gpu(s: Server, smi_dir: Path, args: dict) -> dict:
 
 def test_the_module_releases_measures_and_resumes(server, smi_path):
     s = server()
-    info = adhoc_with_gpu(s, smi_path, {"state": "info"})
+    info = adhoc_with_gpu(s, smi_path, {}, "inference_memory_info")
     assert info["_status"] == "SUCCESS" and info["releasable_gib"] == 17.58
     r = adhoc_with_gpu(s, smi_path, {"state": "released", "need_mib": 18000})
     assert r["released"] and r["server_state"] == "released" and r["freed_mib"] == 18000 and r["gpu_checked"]

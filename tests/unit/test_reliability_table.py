@@ -31,6 +31,9 @@ def test_a_test_that_ran_and_failed_loses_its_row(tmp_path):
 
 def test_render_escapes_cells_and_says_when_rows_are_missing():
     text = render([row("test_a.py::test_one")], complete=False)
-    assert "| **f** (i) | d\\|x | active | - | 1.23 s | - | `test_a.py::test_one` |" in text
+    assert "| **f** (i) | d\\|x | active | - | 1.23 s | - | - | `test_a.py::test_one` |" in text
+    seen = dict(row("test_a.py::test_two"), site={"total": 9, "health": {"200": 4, "503": 1}, "request": {"refused": 2, "200": 1},
+                                                   "scrape": {"200": 1}, "answers": {"4": 1}})
+    assert "| health 200 x4 503 x1; request 200 x1 refused x2; scrape 200 x1 | `test_a.py::test_two` |" in render([seen], True)
     assert "their rows are missing" in text
     assert "their rows are missing" not in render([row("test_a.py::test_one")], complete=True)

@@ -12,20 +12,47 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.bc_host import owning_service
 from ansible.module_utils.bc_unit import (
+    SWEEP_MODULE,
+    SWEEP_PACKAGES,
     Unit,
     UnitError,
     busy_gpus,
     check_name,
     engine_process,
     leftovers,
-    owning_service,
     parse_gpu_memory,
     parse_show,
     processes,
+    sweep_tags,
     unit_members,
     verify_problems,
 )
+
+
+def test_a_sweep_is_found_by_its_worker_module_in_either_layout():
+    """The sweep runs as `python -m <package>.bc_marlin --tag T`: ansible.module_utils in the project's layout, the
+    collection's module_utils package when run from the collection; a cycle of either recovers either's sweep."""
+    assert SWEEP_MODULE == "ansible.module_utils.bc_marlin"  # imported here the project's way
+    coll = "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_marlin"
+    procs = [{"pid": 1, "argv": ["/venv/bin/python", "-m", SWEEP_MODULE, "--tag", "llama-lab/t1"]},
+             {"pid": 2, "argv": ["python3", "-m", coll, "--tag", "sglang/t2"]},
+             {"pid": 3, "argv": ["python3", "-m", coll]},
+             {"pid": 4, "argv": ["python3", "-m", "my.bc_marlin", "--tag", "x/y"]},  # someone else's module
+             {"pid": 5, "argv": ["vim", "ansible.module_utils.bc_marlin.py"]},
+             {"pid": 6, "argv": ["python3", "-m", "ansible.module_utils.bc_marlin_old", "--tag", "x/y"]},
+             {"pid": 7, "argv": ["python3", "-m", "ansible_collections.other.coll.plugins.module_utils.bc_marlin", "--tag", "x/y"]},
+             {"pid": 8, "argv": ["pgrep", "-af", SWEEP_MODULE]},  # names it, does not run it
+             {"pid": 9, "argv": ["tail", "-f", coll, "--tag", "u/t"]}]
+    assert sweep_tags(procs) == [(1, "llama-lab/t1"), (2, "sglang/t2"), (3, "")]
+
+
+def test_the_collections_sweep_package_is_the_one_galaxy_yml_names():
+    import yaml
+    galaxy = yaml.safe_load((Path(__file__).resolve().parents[2] / "collection" / "galaxy.yml").read_text())
+    assert SWEEP_PACKAGES[1] == "ansible_collections.%s.%s.plugins.module_utils" % (galaxy["namespace"], galaxy["name"])
+
 
 GOOD = "[Unit]\nDescription=t\n[Service]\nExecStart=/bin/sleep 1\n[Install]\nWantedBy=multi-user.target\n"
 
@@ -49,6 +76,8 @@ class SystemctlDouble:
             return 0, "ActiveState=%s\nNeedDaemonReload=no\nMainPID=0\nInvocationID=%s\n" % (self.active, self.invocation), ""
         if words[0] == "is-active":
             return 3, "inactive\n", ""
+        if words[0] == "kill":  # SIGKILL to the unit's processes: it ends failed, as systemd records it
+            self.active = "failed"
         if words[0] == "is-enabled":
             return (0 if self.enabled == "enabled" else 1), self.enabled + "\n", ""
         return 0, "", ""
@@ -208,7 +237,20 @@ def test_rollback_puts_back_what_this_cycle_replaced(tmp_path):
     result = u.rollback()
     assert result["rolled_back"] and (tmp_path / "systemd/bc-test.service").read_text() == GOOD
     assert (tmp_path / "etc/bc-test.env").read_text() == "K=1\n"
-    assert run.calls[-3:] == [["daemon-reload"], ["reset-failed", "bc-test.service"], ["restart", "bc-test.service", "--no-block"]]
+    assert run.calls[-4:] == [["daemon-reload"], ["show", "bc-test.service"], ["reset-failed", "bc-test.service"],
+                              ["start", "bc-test.service", "--no-block"]]  # it did not run: nothing to end
+
+
+def test_rollback_of_a_running_server_ends_it_by_a_stop_job_and_sigkill_before_the_start(tmp_path):
+    run = SystemctlDouble()
+    unit(tmp_path, run, token="c1").install(GOOD, env(tmp_path, "K=1\n"), None, str(tmp_path))
+    u = unit(tmp_path, run, token="c2")
+    u.install(GOOD.replace("sleep 1", "sleep 9"), env(tmp_path, "K=9\n"), None, str(tmp_path))
+    run.active = "active"  # the new server runs, and never got ready
+    assert u.rollback()["rolled_back"]
+    order = [c for c in run.calls if c[0] in ("stop", "kill", "reset-failed", "start")]
+    assert order[-4:] == [["stop", "bc-test.service", "--no-block"], ["kill", "bc-test.service"],
+                          ["reset-failed", "bc-test.service"], ["start", "bc-test.service", "--no-block"]]
 
 
 def test_rollback_of_a_cycle_that_changed_nothing_restores_nothing_and_restarts_nothing(tmp_path):
@@ -231,11 +273,20 @@ def test_a_restart_for_one_start_of_the_unit_leaves_a_later_start_alone(tmp_path
     """A dead cycle released invocation aa11: restarted while aa11 runs, left alone once another runs."""
     same = SystemctlDouble(active="active", invocation="aa11")
     result = unit(tmp_path, same).start(restart=True, only_invocation="aa11")
-    assert result["changed"] and ["restart", "bc-test.service", "--no-block"] in same.calls
+    # a server whose state is not known is ended by a stop job (Restart= never applies to it) and SIGKILL to
+    # all its processes (bounded: its front end may hold requests a SIGTERM drain would wait for), read
+    # back as ended, then started
+    stop, kill, start = ["stop", "bc-test.service", "--no-block"], ["kill", "bc-test.service"], ["start", "bc-test.service", "--no-block"]
+    assert result["changed"] and result["ended_by_sigkill"]["ActiveState"] == "failed"
+    assert (same.calls.index(stop) < same.calls.index(kill) < same.calls.index(["reset-failed", "bc-test.service"])
+            < same.calls.index(start))
+    assert ["restart", "bc-test.service", "--no-block"] not in same.calls
     later = SystemctlDouble(active="active", invocation="bb22")
     result = unit(tmp_path, later).start(restart=True, only_invocation="aa11")
     assert not result["changed"] and result["invocation_id"] == "bb22"
-    assert [c for c in later.calls if c[0] != "show"] == []  # nothing restarted, reset or disarmed
+    # nothing restarted or reset; the switch is disarmed (this cycle awaits the start that runs: the switch is done)
+    assert {c[0] for c in later.calls if c[0] != "show"} <= {"is-active", "stop", "reset-failed"}
+    assert all(c[1].startswith("bc-deadman-") for c in later.calls if c[0] in ("stop", "reset-failed")), later.calls
 
 
 def test_a_hung_command_fails_at_its_timeout_naming_it(tmp_path):
@@ -251,6 +302,104 @@ def test_a_hung_command_fails_at_its_timeout_naming_it(tmp_path):
     assert time.monotonic() - started < 60  # cut at the deadline, not after the hung command
 
 
+def test_an_end_that_does_not_end_fails_at_its_bound_naming_the_unit(tmp_path):
+    """SIGKILL sent, and the unit still deactivating (a process stuck in the GPU driver): the restart
+    stops at its bound with the unit's state, a start queued behind the stop (never beside it)."""
+    stuck = SystemctlDouble(active="deactivating")
+    stuck.calls.clear()
+    clock = Clock()
+    u = unit(tmp_path, stuck)
+    stuck_kill = stuck.__call__
+
+    def never_ends(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        rc = stuck_kill(argv, timeout)
+        stuck.active = "deactivating"
+        return rc
+    u.run = never_ends
+    with pytest.raises(UnitError, match=r"bc-test.service is still deactivating.* 30 s after SIGKILL"):
+        u.end_now(clock=clock, sleep=clock.sleep)
+    assert 30 <= clock.t < 31
+    # the start is queued behind the stop all the same: the unit comes back once its processes are gone
+    assert [c for c in stuck.calls if c[0] == "start"] == [["start", "bc-test.service", "--no-block"]]
+
+
+# TEST DOUBLE of systemctl for the switch's own shell (no systemd here; the lab runs the real one): it
+# answers `show -P ActiveState|InvocationID` from the files beside it and records every call
+SYSTEMCTL_DOUBLE = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls"
+if [ "$1" = show ] && [ "$2" = -P ]; then cat "$(dirname "$0")/$3"; fi
+exit 0
+"""
+ARMED = "6f1c2a9b0e8d4c7fa1b2c3d4e5f60718"
+
+
+def fire(tmp_path: Path, command: list[str], active: str, invocation: str) -> tuple[list[str], str]:
+    """Run the switch's command as its service would, with the systemctl double first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(SYSTEMCTL_DOUBLE)
+    (bin_dir / "systemctl").chmod(0o755)
+    (bin_dir / "calls").write_text("")
+    (bin_dir / "ActiveState").write_text(active + "\n")
+    (bin_dir / "InvocationID").write_text(invocation + "\n")
+    fake_sleep = bin_dir / "sleep"
+    fake_sleep.write_text("#!/bin/sh\nexit 0\n")
+    fake_sleep.chmod(0o755)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": "%s:/usr/bin:/bin" % bin_dir}).stdout
+    return [c for c in (bin_dir / "calls").read_text().splitlines() if not c.startswith("show")], out
+
+
+def test_the_switch_restarts_only_the_start_it_was_armed_for_by_a_stop_job_and_sigkill(tmp_path):
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    command = u.switch_command(None, "restart", ARMED)
+    calls, out = fire(tmp_path, command, "active", ARMED)  # still the released start: restarted
+    assert calls == ["stop --no-block -- llama-lab.service", "kill --kill-who=all --signal=SIGKILL -- llama-lab.service",
+                     "reset-failed -- llama-lab.service", "start --no-block -- llama-lab.service"], calls
+    assert "did not disarm it in time" in out and "restarting llama-lab.service (released in place)" in out
+    # an operator restarted it by hand since (another InvocationID), and it serves: nothing is done, and the
+    # switch says why in its journal
+    calls, out = fire(tmp_path, command, "active", "aa" * 16)
+    assert calls == [] and "runs another start (%s) than the one the switch was armed for (%s): nothing done" % ("aa" * 16, ARMED) in out
+    with pytest.raises(UnitError, match="restarts only the start of it that it was armed for"):
+        u.switch_command(None, "restart", "")
+
+
+def test_disarm_lets_a_firing_switch_finish_and_never_cuts_it_halfway(tmp_path):
+    """A switch killed between its SIGKILL and its start would leave the unit down: disarm stops the timer and
+    waits for a firing switch to end, bounded."""
+    calls: list[list[str]] = []
+    firing = {"left": 3}
+
+    def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        words = argv[argv.index("--") + 1:]
+        calls.append(words)
+        if words[:2] == ["is-active", "bc-deadman-bc-test.service"]:
+            firing["left"] -= 1
+            return (0, "active\n", "") if firing["left"] >= 0 else (3, "inactive\n", "")
+        if words[0] == "is-active":
+            return 0, "active\n", ""
+        return 0, "", ""
+    clock = Clock()
+    u = unit(tmp_path, run)  # type: ignore[arg-type]
+    assert u.disarm(clock=clock, sleep=clock.sleep)["was_armed"]
+    assert ["stop", "bc-deadman-bc-test.timer"] in calls and ["stop", "bc-deadman-bc-test.service"] not in calls
+    firing["left"] = 10**6  # it never ends: named, at the bound
+    with pytest.raises(UnitError, match="still firing after 30 s"):
+        u.disarm(clock=clock, sleep=clock.sleep)
+
+
+@pytest.mark.parametrize("state", ["active", "activating", "reloading"])
+def test_the_switch_never_starts_a_unit_someone_started_since(tmp_path, state):
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    command = u.switch_command("llama-lab/2026-1", "start")
+    calls, out = fire(tmp_path, command, state, "")
+    assert calls == [] and 'llama-lab.service is %s: started since the switch was armed, nothing done' % state in out
+    calls, out = fire(tmp_path, command, "inactive", "")  # stopped by the dead cycle: its sweep ended, started
+    assert calls == ["reset-failed -- llama-lab.service", "start --no-block -- llama-lab.service"]
+    assert "ending the sweep llama-lab/2026-1, then starting llama-lab.service" in out
+
+
 def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
     u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
     argv = u.switch_command("llama-lab/2026-1 $(touch /tmp/x)")
@@ -261,7 +410,7 @@ def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
     probe = subprocess.Popen(["bash", "-c", "exec -a 'x --tag llama-lab/2026-1 $(touch /tmp/x)' sleep 30"])
     try:
         time.sleep(0.3)
-        pattern = argv[2].split(";")[0].replace("pkill -KILL", "pgrep")
+        pattern = next(w for w in argv[2].split("; ") if w.startswith("pkill -KILL")).replace("pkill -KILL", "pgrep")
         out = subprocess.run(["/bin/sh", "-c", pattern], capture_output=True, text=True, check=False).stdout.split()
         assert str(probe.pid) in out
     finally:
@@ -306,3 +455,70 @@ def test_gpu_wait_fails_naming_the_gpu_and_its_memory_after_the_deadline():
     with pytest.raises(UnitError, match=r"GPU memory is still in use after 10 s: GPU 0 76000 MiB \(free means <= 2048 MiB\)"):
         u.wait_gpu_free({"nvidia_smi": "nvidia-smi", "free_mib": 2048, "wait_s": 10}, clock, clock.sleep)
     assert clock.t == 10.0
+
+
+# -- the heartbeat switch: the controller's promise of its next contact, read by the switch's real shell --------
+def armed_with_heartbeat(tmp_path: Path, promised: str | None, outer_in_s: int = 3600, action: str = "start") -> tuple[list[str], str]:
+    beat_file = tmp_path / "lock" / "heartbeat"
+    beat_file.parent.mkdir(exist_ok=True)
+    if promised is None:
+        beat_file.unlink(missing_ok=True)
+    else:
+        beat_file.write_text(promised)
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    command = u.switch_command("llama-lab/2026-1", action, ARMED if action == "restart" else "", str(beat_file),
+                               int(time.time()) + outer_in_s)
+    return fire(tmp_path, command, "inactive" if action == "start" else "active", ARMED)
+
+
+def test_a_kept_promise_keeps_the_switch_quiet_and_armed(tmp_path):
+    calls, out = armed_with_heartbeat(tmp_path, "%d\n" % (time.time() + 60))
+    assert calls == [] and out == ""  # nothing done, nothing said, its timer left running (it checks again)
+
+
+@pytest.mark.parametrize("promised", ["%d\n" % (time.time() - 1), None, "", "garbage\n", "12 34\n"],
+                         ids=["broken", "absent", "empty", "garbage", "two-numbers"])
+def test_a_broken_or_unreadable_promise_is_a_dead_controller_the_switch_stops_its_timer_and_starts(tmp_path, promised):
+    calls, out = armed_with_heartbeat(tmp_path, promised)
+    assert calls == ["stop --no-block -- bc-deadman-llama-lab.timer", "reset-failed -- llama-lab.service",
+                     "start --no-block -- llama-lab.service"], calls
+    assert "the heartbeat of the controller stopped" in out and "ending the sweep llama-lab/2026-1, then starting" in out
+
+
+def test_the_outer_deadline_holds_even_for_a_controller_that_keeps_its_promises(tmp_path):
+    """Alive but stuck (it beats, never finishes): the switch acts at the cycle's worst case all the same."""
+    calls, _out = armed_with_heartbeat(tmp_path, "%d\n" % (time.time() + 600), outer_in_s=-1, action="restart")
+    assert calls[0] == "stop --no-block -- bc-deadman-llama-lab.timer" and calls[-1] == "start --no-block -- llama-lab.service"
+    assert "kill --kill-who=all --signal=SIGKILL -- llama-lab.service" in calls
+
+
+def test_a_switch_that_finds_the_unit_started_since_touches_nothing_and_keeps_checking_until_its_bound(tmp_path):
+    """The controller died before its stop (or an operator started the unit): nothing to do now, but the timer is left
+    checking (a stop that comes later is covered) until the outer bound, where it stops itself."""
+    beat_file = tmp_path / "heartbeat"
+    beat_file.write_text("0\n")
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    calls, out = fire(tmp_path, u.switch_command(None, "start", "", str(beat_file), int(time.time()) + 60), "active", "")
+    assert calls == [] and "started since the switch was armed" in out
+    calls, out = fire(tmp_path, u.switch_command(None, "start", "", str(beat_file), int(time.time()) - 1), "active", "")
+    assert calls == ["stop --no-block -- bc-deadman-llama-lab.timer"] and "started since the switch was armed" in out
+
+
+def test_arming_with_a_heartbeat_checks_every_few_seconds_and_without_fires_once(tmp_path):
+    runs: list[list[str]] = []
+
+    def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        runs.append(argv)
+        if "is-active" not in argv:
+            return 0, "", ""
+        return (0, "active\n", "") if any(a.endswith(".timer") for a in argv) else (3, "inactive\n", "")
+    u = unit(tmp_path, run)  # type: ignore[arg-type]
+    got = u.arm(900, None, "start", str(tmp_path / "heartbeat"), 75, now=1000.0)
+    launch = next(a for a in runs if a[0] == "systemd-run")
+    assert got["check_s"] == 15 and "--on-active=15s" in launch and "--on-unit-active=15s" in launch
+    assert '[ "$at" -lt 1900 ]' in launch[-1]  # the outer bound, epoch: armed at 1000 + 900
+    runs.clear()
+    got = u.arm(900, None, "start")
+    launch = next(a for a in runs if a[0] == "systemd-run")
+    assert got["check_s"] == 0 and "--on-active=900s" in launch and not any(a.startswith("--on-unit-active") for a in launch)
+    assert u.arm(900, None, "start", "/x/heartbeat", 5, now=0.0)["check_s"] == 2  # never below 2 s

@@ -21,11 +21,21 @@ systemd. Each behaviour names the source it follows (files of the release's whee
     a token, log "Health check failed. Server couldn't get a response from detokenizer for last N
     seconds.", mark the server UnHealthy and answer 503 (http_server.py health_generate); completions hang
   - with an API key only /health* and /metrics are exempt (utils/auth.py:100); 401 {"error": "Unauthorized"}
-  - /v1/loads (entrypoints/v1_loads.py:130): live counts of the running batch and waiting queue, per rank;
-    0.5.10 adds an "aggregate" block, 0.5.16 does not
+  - /v1/loads: 0.5.10 (entrypoints/v1_loads.py:130) asks the scheduler: live counts of the running batch and
+    waiting queue, per rank, with an "aggregate" block. From 0.5.16 (v1_loads.py:72-123, tokenizer_control_mixin.py
+    827-855) it reads a SNAPSHOT the scheduler publishes (scheduler.py 655-667): at every prefill batch (3567), every
+    15 decode steps (--load-snapshot-publish-interval), and on every idle loop turn (3681); never while paused
+    (1529, 1572). A request waiting in the scheduler's queue for its prefill reads as none; no aggregate block.
+    Neither counts a request still in the front end (tokenizer manager): nothing in the path reads rid_to_state
+  - a request first sits in the scheduler's waiting queue (BC_DOUBLE_QUEUE_S seconds, or until the file
+    BC_DOUBLE_QUEUE_UNTIL exists: a server short of KV room), then runs; pause {"mode": "abort"} aborts the
+    queued ones too (abort-all reaches the scheduler's queues)
   - /metrics (with --enable-metrics): sglang:num_running_reqs and sglang:num_queue_reqs are SAMPLES,
     refreshed only every BC_DOUBLE_GAUGE_S seconds (30 when idle in the real scheduler), so they
-    lag the truth; sglang:engine_startup_time is defined and never set (0.0)
+    lag the truth; sglang:engine_startup_time is defined and never set (0.0); sglang:http_requests_active{endpoint,
+    method} is LIVE, kept by the HTTP middleware (+1 when a request arrives, -1 when its answer is sent: utils/common.py
+    0.5.16:2356-2404, enabled at http_server.py:2426), so it counts requests in the front end, held by a pause, queued
+    and running, and the /metrics request itself
   - /v1/completions: an OpenAI completion; the answer is BC_DOUBLE_ANSWER ("4"); any model name is served
     (entrypoints/openai/serving_completions.py validates only the prompt; the real 0.5.16 answered a
     wrong name with 200 on the H200)
@@ -46,9 +56,11 @@ systemd. Each behaviour names the source it follows (files of the release's whee
     (/run/bc-double/<port>.json) with this process's pid, for the nvidia-smi double (tests/doubles/nvidia_smi.py)
 Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
 BC_DOUBLE_TOKEN_MS (time per generated token), BC_DOUBLE_FAIL (scheduler|warmup), BC_DOUBLE_ANSWER,
-BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_GPU, BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a
-release really frees, default 1), BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory) or noop
-(the resume answers 200 and takes nothing back: a memory saver that failed quietly), BC_DOUBLE_RELEASE_FAILS=crash
+BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_QUEUE_S, BC_DOUBLE_QUEUE_UNTIL, BC_DOUBLE_GPU,
+BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a release really frees, default 1),
+BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory) or noop
+(the resume answers 200 and takes nothing back: a memory saver that failed quietly) or error (the resume answers 400
+and the server stays released and paused), BC_DOUBLE_RELEASE_FAILS=crash
 (the release dies in the memory saver), BC_DOUBLE_API_KEY (the key the server wants, whatever its arguments say:
 a server that holds another key than the cycle's).
 """
@@ -69,11 +81,17 @@ from typing import Any
 
 VERSION = os.environ.get("BC_DOUBLE_SGLANG_VERSION", "0.5.10")
 STATE: dict[str, Any] = {"status": "Starting", "running": 0, "queued": 0, "exiting": False,
-                         "gauge_running": 0, "gauge_queued": 0, "paused": False, "aborts": 0, "released": set()}
+                         "gauge_running": 0, "gauge_queued": 0, "paused": False, "aborts": 0, "released": set(), "held": 0,
+                         "snapshot": (0, 0), "active": {}}
 LOCK = threading.Lock()
 UNPAUSED = threading.Condition(LOCK)
 ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # GPU_MEMORY_ALL_TYPES
 HEALTH_CHECK_TIMEOUT = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+
+
+def publish() -> None:
+    """The scheduler publishes its load snapshot (0.5.16 scheduler.py:655-667); call with LOCK held."""
+    STATE["snapshot"] = (STATE["running"], STATE["queued"])
 
 
 def log(msg: str) -> None:
@@ -190,7 +208,24 @@ class Handler(BaseHTTPRequestHandler):
             STATE["status"] = "Up"
             self.reply(200)
 
+    def track(self, method: str, handle: Any) -> None:
+        """sglang:http_requests_active: +1 when the request arrives, -1 once it is answered (the middleware)."""
+        key = (self.path.split("?")[0], method)
+        with LOCK:
+            STATE["active"][key] = STATE["active"].get(key, 0) + 1
+        try:
+            handle()
+        finally:
+            with LOCK:
+                STATE["active"][key] -= 1
+
     def do_GET(self) -> None:
+        self.track("GET", self.get)
+
+    def do_POST(self) -> None:
+        self.track("POST", self.post)
+
+    def get(self) -> None:
         path = self.path.split("?")[0]
         if not self.authorized(path):
             return
@@ -210,7 +245,12 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, {"model_path": self.args.model_path, "is_generation": True})
         elif path == "/v1/loads":
             with LOCK:
-                running, waiting = STATE["running"], STATE["queued"]
+                if version_tuple(VERSION) >= (0, 5, 16):
+                    if not STATE["paused"] and not STATE["running"] and not STATE["queued"]:
+                        publish()  # idle: published on every loop turn
+                    running, waiting = STATE["snapshot"]
+                else:
+                    running, waiting = STATE["running"], STATE["queued"]
             body: dict[str, Any] = {"timestamp": datetime.now().isoformat(), "version": VERSION,
                                     "loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting}]}
             if version_tuple(VERSION) < (0, 5, 15):  # 0.5.10's v1_loads.py also sums them; 0.5.16's does not
@@ -223,6 +263,11 @@ class Handler(BaseHTTPRequestHandler):
                     "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs%s %d.0\n"
                     "# TYPE sglang:engine_startup_time gauge\nsglang:engine_startup_time%s 0.0\n"
                     % (labels, STATE["gauge_running"], labels, STATE["gauge_queued"], labels))
+            with LOCK:
+                active = sorted(STATE["active"].items())
+            text += "# TYPE sglang:http_requests_active gauge\n" + "".join(
+                'sglang:http_requests_active{endpoint="%s",method="%s"} %d.0\n' % (endpoint, method, n)
+                for (endpoint, method), n in active)
             self.reply(200, text.encode())
         else:
             self.reply(404, {"detail": "Not Found"})
@@ -230,7 +275,7 @@ class Handler(BaseHTTPRequestHandler):
     def body(self) -> dict[str, Any]:
         return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
 
-    def do_POST(self) -> None:
+    def post(self) -> None:
         path = self.path.split("?")[0]
         control = {"/pause_generation": self.pause, "/continue_generation": self.continue_generation,
                    "/release_memory_occupation": self.release, "/resume_memory_occupation": self.resume}
@@ -244,9 +289,23 @@ class Handler(BaseHTTPRequestHandler):
             return
         req = self.body()
         with UNPAUSED:  # tokenizer_manager.py:654: a request waits in the front end while paused
+            STATE["held"] += 1  # in rid_to_state already: the SIGTERM drain counts it
             UNPAUSED.wait_for(lambda: not STATE["paused"])
-            STATE["running"] += 1
+            STATE["held"] -= 1
+            STATE["queued"] += 1  # in the scheduler's waiting queue: the snapshot is not published for it
             aborts = STATE["aborts"]
+        queue_s, until = float(os.environ.get("BC_DOUBLE_QUEUE_S", "0")), os.environ.get("BC_DOUBLE_QUEUE_UNTIL")
+        deadline = time.monotonic() + queue_s
+        while STATE["aborts"] == aborts and (time.monotonic() < deadline or (until and not os.path.exists(until))):
+            time.sleep(0.01)
+        with LOCK:
+            STATE["queued"] -= 1
+            if STATE["aborts"] != aborts:  # aborted in the waiting queue: never ran
+                self.reply(200, {"id": "cmpl-double", "object": "text_completion", "model": req.get("model"),
+                                 "choices": [{"index": 0, "text": "", "finish_reason": "abort"}]})
+                return
+            STATE["running"] += 1
+            publish()  # its prefill batch
         try:
             if os.environ.get("BC_DOUBLE_HANG") == "1":
                 time.sleep(3600)
@@ -263,6 +322,7 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with LOCK:
                 STATE["running"] -= 1
+                publish()  # the batch that finished it
 
     def pause(self, req: dict[str, Any]) -> None:
         with LOCK:
@@ -270,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
             if req.get("mode", "abort") == "abort":
                 STATE["aborts"] += 1
         if req.get("mode", "abort") == "abort":  # tokenizer_manager.py:1730: until nothing is left running
-            while STATE["running"]:
+            while STATE["running"] or STATE["queued"]:
                 time.sleep(0.05)
         self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
 
@@ -297,6 +357,9 @@ class Handler(BaseHTTPRequestHandler):
                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00 GiB."])
         if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "noop":
             self.reply(200, b"null")  # answered, nothing taken back
+            return
+        if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "error":  # refused: still released, still paused
+            self.reply(400, {"error": {"message": "resume_memory_occupation failed: torch_memory_saver is busy"}})
             return
         for tag in req.get("tags") or ALL_TAGS:
             if tag not in STATE["released"]:
@@ -369,7 +432,7 @@ def main() -> None:
                     log("Signal SIGTERM received while health check failed. Force exiting.")
                     os._exit(1)
                 with LOCK:
-                    remain = STATE["running"] + STATE["queued"]
+                    remain = STATE["running"] + STATE["queued"] + STATE["held"]
                 log("Gracefully exiting... Remaining number of requests %d. Remaining requests remaining_rids=[]." % remain)
                 if remain == 0:
                     break

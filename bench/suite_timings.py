@@ -1,0 +1,88 @@
+"""The suite's own timings, from the run itself: the stage times `./tasks test` wrote (results/suite/stages.jsonl)
+and each case's time from the junit files of its pytest stages. Adds the run to docs/suite-timings.json under a
+label and renders the generated section of docs/timings.md (between its two markers).
+
+    CI=true ./tasks test                                                 # writes results/suite/
+    .venv/bin/python bench/suite_timings.py --label "idle 1"             # adds the run, renders the table
+    .venv/bin/python bench/suite_timings.py --label "stress-ng --cpu 2, 1"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- suite-timings:begin (bench/suite_timings.py) -->", "<!-- suite-timings:end -->"
+STAGES = ["setup: apt", "setup: venv", "setup: collections", "setup: llama-server and model", "setup: lab image", "lint", "sanity", "unit",
+          "integration", "molecule default", "molecule faults", "molecule fleet", "total"]
+
+
+def read_run(suite: Path) -> dict[str, Any]:
+    """One run: its stages (seconds) and every case's time (seconds) from the junit files."""
+    stages: dict[str, float] = {}
+    for line in (suite / "stages.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        stages[row["stage"]] = float(row["s"])
+    cases: list[tuple[str, float]] = []
+    for xml in sorted(suite.glob("*.xml")):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            cases.append((f"{xml.stem}: {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}", float(case.get("time", 0))))
+    cases.sort(key=lambda kv: -kv[1])
+    return {"stages": stages, "slowest": cases[:10], "cases": len(cases)}
+
+
+def fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    known = [s for s in STAGES if any(s in r["stages"] for r in runs)]
+    # a stage this list does not know yet is shown too (before the total), never dropped
+    other = sorted({s for r in runs for s in r["stages"]} - set(STAGES))
+    shown = [s for s in known if s != "total"] + other + [s for s in known if s == "total"]
+    lines = [BEGIN, "", "| run | " + " | ".join(shown) + " |", "|" + "---|" * (len(shown) + 1)]
+    for r in runs:
+        lines.append(f"| {r['label']} ({r['at']}, {r['node']}, {r['cases']} cases) | "
+                     + " | ".join(fmt(r["stages"].get(s)) for s in shown) + " |")
+    for r in runs[-1:]:
+        lines += ["", f"The ten slowest cases of the last run ({r['label']}):", "", "| case | time |", "|---|---|"]
+        lines += [f"| `{name}` | {fmt(t)} |" for name, t in r["slowest"]]
+    return "\n".join([*lines, "", END])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", required=True, help="how the run was made, e.g. 'idle 1' or 'stress-ng --cpu 2, 1'")
+    parser.add_argument("--suite", type=Path, default=ROOT / "results/suite")
+    parser.add_argument("--data", type=Path, default=ROOT / "docs/suite-timings.json")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs/timings.md")
+    args = parser.parse_args()
+    if not (args.suite / "stages.jsonl").exists():
+        raise SystemExit(f"suite_timings: no {args.suite}/stages.jsonl: run ./tasks test first")
+    run = read_run(args.suite)
+    if "total" not in run["stages"]:
+        raise SystemExit(f"suite_timings: {args.suite}/stages.jsonl has no total: the run did not finish green")
+    runs = json.loads(args.data.read_text()) if args.data.exists() else []
+    runs = [r for r in runs if r["label"] != args.label]
+    runs.append(dict(run, label=args.label, node=platform.node(), at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")))  # noqa: UP017
+    args.data.write_text(json.dumps(runs, indent=1) + "\n")
+    doc = args.doc.read_text()
+    section = render(runs)
+    if BEGIN in doc and END in doc:
+        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip("\n") + "\n\n## The suite, stage by stage (generated)\n\n" + section + "\n"
+    args.doc.write_text(doc)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The controller's heartbeat (module_utils/bc_host.py beat, beat_until) and the sweep poll that writes it
+(library/sweep_wait.py job_state): pure functions and real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "library"))
+from ansible.module_utils.bc_host import beat, beat_until
+from sweep_wait import job_state
+
+
+def test_a_beat_promises_the_calls_own_worst_case_plus_the_silence_after_it(tmp_path):
+    path = tmp_path / "heartbeat"
+    got = beat({"path": str(path), "for_s": 70}, now=1000.2, own_s=30)
+    assert got == {"path": str(path), "written": True, "until": 1101}  # ceil(1030.2) + 70
+    assert path.read_text() == "1101\n" and beat_until(str(path)) == 1101
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert beat(None, 1000) is None and beat({}, 1000) is None
+
+
+def test_a_beat_never_recreates_a_removed_lock_nor_writes_through_a_link(tmp_path):
+    gone = beat({"path": str(tmp_path / "no-lock" / "heartbeat"), "for_s": 60}, now=1000)
+    assert gone and not gone["written"] and "not a directory" in gone["why"] and not (tmp_path / "no-lock").exists()
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    os.symlink(target, tmp_path / "heartbeat")
+    linked = beat({"path": str(tmp_path / "heartbeat"), "for_s": 60}, now=1000)
+    assert linked and not linked["written"] and target.read_text() == "keep"
+
+
+@pytest.mark.parametrize("for_s", [0, -5, "60"])
+def test_a_promise_of_no_time_is_refused(tmp_path, for_s):
+    got = beat({"path": str(tmp_path / "heartbeat"), "for_s": for_s}, now=1000)
+    assert got and not got["written"] and "for_s" in got["why"] and not (tmp_path / "heartbeat").exists()
+
+
+@pytest.mark.parametrize("text", [None, "", "soon\n", "-5\n", "1 2\n", "9" * 13 + "\n"])
+def test_an_unreadable_heartbeat_promises_nothing(tmp_path, text):
+    path = tmp_path / "heartbeat"
+    if text is not None:
+        path.write_text(text)
+    assert beat_until(str(path)) is None
+
+
+def test_a_job_still_running_or_not_written_yet_is_unfinished():
+    assert job_state(None) == (False, {})
+    assert job_state(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1"})) == (False, {})
+    assert job_state(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1", "results_file": "/x"})) == (False, {})
+
+
+def test_a_finished_job_gives_its_own_result_without_the_wrappers_keys():
+    done, result = job_state(json.dumps({"changed": True, "points": 3, "invocation": {"module_args": {}},
+                                         "_ansible_no_log": False, "ansible_job_id": "j1"}))
+    assert done and result == {"changed": True, "points": 3}
+    done, result = job_state(json.dumps({"failed": True, "msg": "the sweep was killed by SIGKILL", "rc": -9}))
+    assert done and result == {"failed": True, "msg": "the sweep was killed by SIGKILL", "rc": -9}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "\"done\""])
+def test_a_results_file_that_is_no_result_is_a_failed_job_saying_so(text):
+    done, result = job_state(text)
+    assert done and result["failed"] and "results file is not" in result["msg"]
+
+
+def test_only_the_locks_holder_beats(tmp_path):
+    """A dead cycle's call still running (ansible-core's workers live in their own session: a SIGKILLed
+    ansible-playbook leaves its until-loop polling) must not keep the new holder's switch quiet."""
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "new-cycle"}))
+    path = str(tmp_path / "heartbeat")
+    stale = beat({"path": path, "for_s": 60, "token": "dead-cycle"}, now=1000)
+    assert stale and not stale["written"] and "held by cycle new-cycle" in stale["why"] and beat_until(path) is None
+    mine = beat({"path": path, "for_s": 60, "token": "new-cycle"}, now=1000)
+    assert mine and mine["written"] and beat_until(path) == 1060
+    (tmp_path / "owner.json").write_text("{broken")
+    assert not beat({"path": path, "for_s": 60, "token": "new-cycle"}, now=2000)["written"] and beat_until(path) == 1060
+
+
+def test_the_jobs_warnings_are_read_whatever_form_ansible_core_wrote_them_in():
+    from sweep_wait import event_text
+
+    assert event_text("plain") == "plain"
+    assert event_text({"msg": "killed the orphaned sweep pid 42"}) == "killed the orphaned sweep pid 42"
+    assert event_text({"event": {"msg": "the sweep ran on the CPU", "formatted_traceback": None}}) == "the sweep ran on the CPU"
+    assert event_text([{"msg": "a"}, "b", 3]) == "a; b" and event_text(None) == "" and event_text({"x": 1}) == ""
+
+
+def test_a_disarmed_switchs_promise_is_removed_only_from_this_cycles_lock(tmp_path):
+    """After the start (the switch disarmed) a stale promise would make a live holder, waiting minutes for its
+    server, look dead to the next cycle: it is removed - but never from a lock another cycle took over."""
+    from ansible.module_utils.bc_host import end_beat
+
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "mine"}))
+    path = tmp_path / "heartbeat"
+    path.write_text("1000\n")
+    assert end_beat({"path": str(path), "for_s": 60, "token": "theirs"}) == {"path": str(path), "removed": False,
+                                                                            "why": "the lock is another cycle's"}
+    assert path.exists()
+    assert end_beat({"path": str(path), "for_s": 60, "token": "mine"}) == {"path": str(path), "removed": True}
+    assert not path.exists() and end_beat({"path": str(path), "for_s": 60, "token": "mine"}) is None and end_beat(None) is None
+
+
+def test_a_sweep_that_ended_first_in_its_batch_promises_the_slowest_hosts_sweep(tmp_path):
+    """serial above 1: the play's next task waits for every host's sweep, so the host whose sweep ended first
+    promises its next contact after the batch's longest sweep (after_s), not after one poll."""
+    import time
+
+    from test_modules_adhoc import adhoc
+
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "c1"}))
+    job = tmp_path / "job"
+    heartbeat = {"path": str(tmp_path / "heartbeat"), "for_s": 61, "token": "c1"}
+    job.write_text(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1"}))
+    running = adhoc("sweep_wait", {"job": str(job), "after_s": 3660, "heartbeat": heartbeat})
+    assert running["finished"] is False and running["heartbeat"]["until"] - time.time() < 120  # one poll + the grace
+    job.write_text(json.dumps({"changed": True, "points": 3}))
+    ended = adhoc("sweep_wait", {"job": str(job), "after_s": 3660, "heartbeat": heartbeat})
+    assert ended["finished"] and ended["points"] == 3 and not job.exists()
+    assert 3660 + 61 - 5 <= ended["heartbeat"]["until"] - time.time() <= 3660 + 61 + 5

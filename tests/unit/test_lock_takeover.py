@@ -1,0 +1,170 @@
+"""One owner at a time (#26): concurrent take-overs of one dead holder's lock, as real processes released
+together, with a pause injected inside the take-over (the window a loaded host opens). Exactly one wins and
+inherits the dead cycle's record; the others see the winner, alive. A holder that renewed its heartbeat
+after it was judged dead keeps its lock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import host_lock
+from ansible.module_utils.bc_host import guard_file
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = """
+import json, os, sys, time
+import ansible.module_utils
+ansible.module_utils.__path__.append(%(mu)r)
+sys.path.insert(0, %(lib)r)
+import host_lock
+pause = float(sys.argv[3])
+if pause:  # the injected pause: between reading the holder and writing the new owner
+    real = host_lock.read_owner
+    def slow(path):
+        got = real(path)
+        time.sleep(pause)
+        return got
+    host_lock.read_owner = slow
+judged = json.loads(sys.argv[2])
+while not os.path.exists(sys.argv[1] + ".go"):
+    time.sleep(0.001)
+taken = host_lock.claim(sys.argv[1], {"token": "contender-%%d" %% os.getpid(), "heartbeat": time.time()}, judged)
+print(json.dumps({"pid": os.getpid(), "won": taken is not None, "inherited": (taken or {}).get("record")}))
+"""
+
+
+def dead_lock(path: Path) -> dict:
+    path.mkdir()
+    holder = {"token": "dead-cycle", "heartbeat": 1000.0, "expires": 2000.0, "record": {"released": True, "lb_removed": True}}
+    (path / "owner.json").write_text(json.dumps(holder))
+    return holder
+
+
+def race(path: Path, judged: dict, contenders: int, pause: float) -> list[dict]:
+    script = CHILD % {"mu": str(ROOT / "module_utils"), "lib": str(ROOT / "library")}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(path), json.dumps(judged), str(pause)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(contenders)]
+    time.sleep(1.5)  # every contender imported and waiting
+    Path(str(path) + ".go").touch()
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    return [json.loads(o) for o in outs]
+
+
+def test_exactly_one_of_eight_concurrent_take_overs_wins_and_inherits_the_record(tmp_path):
+    lock = tmp_path / "bc.lock"
+    judged = dead_lock(lock)
+    results = race(lock, judged, 8, pause=0.3)
+    winners = [r for r in results if r["won"]]
+    assert len(winners) == 1, results
+    assert winners[0]["inherited"] == {"released": True, "lb_removed": True}
+    assert json.loads((lock / "owner.json").read_text())["token"] == "contender-%d" % winners[0]["pid"]
+
+
+def test_without_a_pause_too_exactly_one_wins(tmp_path):
+    lock = tmp_path / "bc.lock"
+    results = race(lock, dead_lock(lock), 8, pause=0)
+    assert sum(r["won"] for r in results) == 1, results
+
+
+def test_a_holder_that_renewed_its_heartbeat_since_it_was_judged_keeps_the_lock(tmp_path):
+    lock = tmp_path / "bc.lock"
+    judged = dead_lock(lock)
+    alive = dict(judged, heartbeat=judged["heartbeat"] + 30)
+    (lock / "owner.json").write_text(json.dumps(alive))  # it renewed between the judgment and the take-over
+    assert host_lock.claim(str(lock), {"token": "me"}, judged) is None
+    assert json.loads((lock / "owner.json").read_text())["token"] == "dead-cycle"
+
+
+def test_a_lock_released_meanwhile_is_not_claimed_but_taken_plainly(tmp_path):
+    lock = tmp_path / "bc.lock"
+    judged = dead_lock(lock)
+    (lock / "owner.json").unlink()
+    lock.rmdir()
+    assert host_lock.claim(str(lock), {"token": "me"}, judged) is None and not lock.exists()
+
+
+def test_a_holder_judged_dead_then_taken_over_cannot_write_over_the_new_owner(tmp_path):
+    """The holder was alive after all (past its lease, or broken as stale) and records its progress after
+    another cycle took its lock over: its write goes through the same guard, finds another token and is
+    refused; the new owner's lock is untouched. Its release removes nothing either."""
+    from test_modules_adhoc import adhoc
+
+    lock = tmp_path / "bc.lock"
+    judged = dead_lock(lock)
+    assert host_lock.claim(str(lock), {"token": "new-owner", "heartbeat": 5.0, "record": {}}, judged) == judged
+    late = adhoc("host_lock", {"path": str(lock), "token": "dead-cycle", "record": {"stopped": True}})
+    assert late["_status"] == "FAILED!" and "another benchmark cycle holds" in late["msg"] and "new-owner" in late["msg"], late
+    assert json.loads((lock / "owner.json").read_text())["token"] == "new-owner"
+    gone = adhoc("host_lock", {"path": str(lock), "token": "dead-cycle", "state": "absent"})
+    assert not gone["released"] and lock.is_dir()
+
+
+def test_a_guard_held_for_ever_fails_at_its_bound_naming_the_file(tmp_path):
+    import fcntl
+    import os
+
+    lock = tmp_path / "bc.lock"
+    judged = dead_lock(lock)
+    fd = os.open(guard_file(str(lock)), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another take-over that never ends
+    try:
+        guard = host_lock.Guard(str(lock), wait_s=1)
+        started = time.monotonic()
+        try:
+            with guard:
+                raise AssertionError("the guard was taken while held")
+        except host_lock.LockError as exc:
+            assert "stayed held for 1 s" in str(exc) and ".bc.lock.guard" in str(exc)
+        assert time.monotonic() - started < 30
+        assert json.loads((lock / "owner.json").read_text()) == judged  # nothing written
+    finally:
+        os.close(fd)
+
+
+def live_lease_lock(path: Path, promised: str | None) -> dict:
+    """A holder whose lease runs for an hour yet, with its controller's heartbeat as given (None: none)."""
+    path.mkdir()
+    holder = {"token": "quiet-cycle", "heartbeat": time.time(), "expires": time.time() + 3600, "record": {"stopped": True}}
+    (path / "owner.json").write_text(json.dumps(holder))
+    if promised is not None:
+        (path / "heartbeat").write_text(promised)
+    return holder
+
+
+def test_a_holder_whose_controller_broke_its_promise_is_dead_though_its_lease_runs(tmp_path):
+    """A killed or cancelled controller: its lock is taken over after the grace, not after the lease. The dead
+    holder's switch, still armed, now waits for the new holder's lease (its own arm replaces it)."""
+    from test_modules_adhoc import adhoc
+
+    lock = tmp_path / "bc.lock"
+    live_lease_lock(lock, "%d\n" % (time.time() - 5))
+    got = adhoc("host_lock", {"path": str(lock), "token": "next-cycle", "expires_in": 600})
+    assert got.get("broken") and got["expired"] and got["heartbeat_ran_out"], got
+    assert got["broken_holder"]["record"] == {"stopped": True}
+    assert 590 <= host_lock.beat_until(str(lock / "heartbeat")) - time.time() <= 601
+    assert json.loads((lock / "owner.json").read_text())["token"] == "next-cycle"
+
+
+def test_a_kept_promise_or_an_unreadable_one_never_hands_a_live_lease_over(tmp_path):
+    from test_modules_adhoc import adhoc
+
+    for i, promised in enumerate(["%d\n" % (time.time() + 60), "garbage\n", None]):
+        lock = tmp_path / ("bc%d.lock" % i)
+        live_lease_lock(lock, promised)
+        got = adhoc("host_lock", {"path": str(lock), "token": "next-cycle"})
+        assert got["_status"] == "FAILED!" and "another benchmark cycle holds" in got["msg"], (promised, got)
+        assert json.loads((lock / "owner.json").read_text())["token"] == "quiet-cycle"
+
+
+def test_a_controller_that_beat_since_it_was_judged_keeps_the_lock(tmp_path):
+    lock = tmp_path / "bc.lock"
+    judged = live_lease_lock(lock, "%d\n" % (time.time() - 5))
+    promised = host_lock.beat_until(str(lock / "heartbeat"))
+    (lock / "heartbeat").write_text("%d\n" % (time.time() + 60))  # its sweep poll came in between
+    assert host_lock.claim(str(lock), {"token": "me"}, judged, promised) is None
+    assert json.loads((lock / "owner.json").read_text())["token"] == "quiet-cycle"

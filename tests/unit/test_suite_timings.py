@@ -1,0 +1,68 @@
+"""bench/suite_timings.py: the suite's timings read from the run's own files (stage log, junit) and rendered."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from suite_timings import BEGIN, END, read_run, render
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">{}</testsuite></testsuites>"""
+
+
+def suite(tmp: Path, stages: dict[str, float], cases: dict[str, float]) -> Path:
+    (tmp / "stages.jsonl").write_text("".join(json.dumps({"stage": k, "s": v}) + "\n" for k, v in stages.items()))
+    rows = "".join(f'<testcase classname="tests.integration.test_x" name="{n}" time="{t}"/>' for n, t in cases.items())
+    (tmp / "molecule-faults.xml").write_text(JUNIT.format(rows))
+    return tmp
+
+
+def test_the_slowest_cases_come_from_the_junit_files_slowest_first_ten_at_most(tmp_path):
+    run = read_run(suite(tmp_path, {"lint": 30.5, "total": 600}, {f"test_{i}": float(i) for i in range(14)}))
+    assert run["stages"] == {"lint": 30.5, "total": 600.0} and run["cases"] == 14
+    assert [t for _n, t in run["slowest"]] == [13.0, 12.0, 11.0, 10.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0]
+    assert run["slowest"][0][0] == "molecule-faults: test_x::test_13"
+
+
+def test_render_shows_each_run_and_a_stage_it_lacks_as_a_dash():
+    runs = [{"label": "idle 1", "at": "t", "node": "n", "cases": 2, "stages": {"lint": 30, "total": 900}, "slowest": [("a", 200.0)]},
+            {"label": "busy 1", "at": "t", "node": "n", "cases": 2, "stages": {"total": 1500}, "slowest": [("b", 5.0)]}]
+    text = render(runs)
+    assert text.startswith(BEGIN) and text.endswith(END)
+    assert "| idle 1 (t, n, 2 cases) | 30 s | 900 s (15.0 min) |" in text
+    assert "| busy 1 (t, n, 2 cases) | - | 1500 s (25.0 min) |" in text
+    assert "The ten slowest cases of the last run (busy 1)" in text and "| `b` | 5 s |" in text
+
+
+def test_a_stage_the_list_does_not_know_is_shown_before_the_total_not_dropped():
+    runs = [{"label": "new", "at": "t", "node": "n", "cases": 1, "stages": {"lint": 30, "sanity": 60, "docs build": 12,
+                                                                              "total": 102}, "slowest": []}]
+    text = render(runs)
+    assert "| run | lint | sanity | docs build | total |" in text
+    assert "| new (t, n, 1 cases) | 30 s | 60 s | 12 s | 102 s |" in text
+
+
+def test_a_run_that_did_not_finish_is_refused_and_the_doc_untouched(tmp_path):
+    doc = tmp_path / "timings.md"
+    doc.write_text("# Timings\n")
+    suite(tmp_path, {"lint": 1}, {"t": 1})
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/suite_timings.py"), "--label", "x", "--suite", str(tmp_path),
+                           "--data", str(tmp_path / "d.json"), "--doc", str(doc)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "has no total" in proc.stderr
+    assert doc.read_text() == "# Timings\n" and not (tmp_path / "d.json").exists()
+
+
+def test_a_run_is_added_under_its_label_and_the_section_replaced_in_place(tmp_path):
+    doc = tmp_path / "timings.md"
+    doc.write_text(f"# Timings\n\nbefore\n\n{BEGIN}\nold\n{END}\n\nafter\n")
+    suite(tmp_path, {"lint": 1, "total": 100}, {"t": 1})
+    for _ in range(2):  # the same label twice: one row
+        subprocess.run([sys.executable, str(ROOT / "bench/suite_timings.py"), "--label", "idle 1", "--suite", str(tmp_path),
+                        "--data", str(tmp_path / "d.json"), "--doc", str(doc)], capture_output=True, text=True, check=True)
+    text = doc.read_text()
+    assert text.startswith("# Timings\n\nbefore\n\n" + BEGIN) and text.endswith(END + "\n\nafter\n") and "old" not in text
+    assert len(json.loads((tmp_path / "d.json").read_text())) == 1
