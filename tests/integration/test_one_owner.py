@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -156,3 +157,73 @@ def test_a_job_cancelled_through_ansible_runner_costs_the_grace_and_the_orphaned
                 did="the orphaned worker's sweep polls went on as the holder's heartbeat until its pipe filled; then the "
                     "grace; the switch ended the sweep and started the service; the next cycle took the lock over",
                 service_after=serving(), data_kept="the next cycle's full results", detect_s=back_s, run_s=rerun.seconds)
+
+
+def invocation() -> str:
+    """Which start of the unit runs (systemd's InvocationID): the same one means the service was never restarted."""
+    return sh("systemctl show -P InvocationID llama-lab").strip()
+
+
+def test_a_controller_lost_before_the_stop_leaves_the_service_serving_and_the_rerun_restores_the_router(llama, reliability):
+    """Lost before the stop (in the router's removal, before the drain and the switch's arm): nothing of the service
+    was touched, so nothing on the host has to act; the host is out of the router, which the lock records first, and
+    the next cycle takes the lock over and owes the router its restore."""
+    from test_guarantees import HOOK, router, with_router
+
+    extra = with_router()
+    # the remove hook holds while /run/bc-hook-hold exists: the cycle is lost there
+    sh(f"touch /run/bc-hook-hold && printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\n"
+       f"while [ \"$1\" = remove ] && [ -e /run/bc-hook-hold ]; do sleep 0.2; done\\n' > {HOOK} && chmod +x {HOOK}")
+    before = invocation()
+    proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_in_host("grep -q remove /tmp/lb-log 2>/dev/null", 900)
+        lose_controller(proc)
+    finally:
+        sh("rm -f /run/bc-hook-hold")
+    # the same start of the unit serves; no switch was armed for it; the lock records the router's removal
+    assert serving() == "active, answers 2+2=4" and invocation() == before
+    assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() != "active"
+    assert router() == ["remove"]
+    assert json.loads(sh(f"cat {LOCK}/owner.json"))["record"].get("lb_removed") is True
+    rerun = playbook("benchmark_cycle.yml", extra_vars=extra)
+    text = " ".join(rerun.out.split())
+    assert rerun.rc == 0 and "broke the lock of cycle" in text, rerun.out[-3000:]
+    assert router()[-1] == "restore" and serving() == "active, answers 2+2=4"
+    reliability(fault="controller lost (before the stop)",
+                injected="ansible-playbook and its workers SIGKILLed at once in the router's removal (before the drain, "
+                "the switch's arm and the stop)",
+                did="the service was never touched: the same start of the unit served throughout, no switch armed; the "
+                    "lock recorded the host out of the router; the re-run took the lock over (its holder's pid gone from "
+                    "this controller) and put the host back in the router",
+                service_after=serving(), data_kept="the re-run's full results", detect_s=None, run_s=rerun.seconds)
+
+
+def test_a_live_holder_on_a_twin_controller_name_keeps_the_lock_until_its_heartbeat_stops(llama, reliability):
+    """AWX job pods and containers often share a host name: a holder whose controller has ours, but another process
+    table (another boot or pid namespace), is not proved dead by a pid missing here. It keeps the lock while its
+    heartbeat's promise holds, and is taken over once the promise is broken, whatever its name or pid."""
+    me = socket.gethostname()
+    now = time.time()
+    owner = {"token": "twin-cycle", "user": "alice", "controller": me, "pid": "4194000", "started": "earlier",
+             "controller_id": f"{me}/00000000-0000-4000-8000-000000000000/pid:[4026500000]",
+             "heartbeat": now, "expires": now + 3600, "record": {}}
+    sh(f"mkdir -m 700 -p {LOCK} && echo '{json.dumps(owner)}' > {LOCK}/owner.json && chmod 600 {LOCK}/owner.json"
+       f" && echo {int(now) + 900} > {LOCK}/heartbeat")
+    before = invocation()
+    refused = playbook("benchmark_cycle.yml")
+    text = " ".join(refused.out.split())
+    assert refused.rc != 0 and "another benchmark cycle holds" in text and "twin-cycle" in text, refused.out[-3000:]
+    assert invocation() == before and serving() == "active, answers 2+2=4"  # the live holder's host was not touched
+    # its controller broke its promise of a next contact: dead, whatever its name and pid
+    sh(f"echo {int(time.time()) - 5} > {LOCK}/heartbeat")
+    run = playbook("benchmark_cycle.yml")
+    text = " ".join(run.out.split())
+    assert run.rc == 0 and "broke the lock of cycle twin-cycle" in text and "broke its promise" in text, run.out[-3000:]
+    reliability(fault="a live holder on a twin controller name",
+                injected="the lock of a cycle whose controller has this controller's host name in another pid namespace, "
+                "its pid absent here, its heartbeat's promise 15 min ahead; then that promise broken",
+                did="refused while the promise held (a missing pid on another process table proves nothing), the "
+                    "service untouched; taken over once the promise was broken, and cycled",
+                service_after=serving(), data_kept="the second run's full results", detect_s=None, run_s=run.seconds)
