@@ -44,8 +44,9 @@ from ansible.module_utils.bc_contract import problems as _problems
 from ansible.module_utils.bc_engines import flag_for_version, profile
 from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_health import reload_line
-from ansible.module_utils.bc_host import parse_show, vmstat
 from ansible.module_utils.bc_host import redact as _redact
+from ansible.module_utils.bc_host import vmstat
+from ansible.module_utils.bc_strategy import budget as _budget
 from ansible.module_utils.bc_strategy import choose
 from ansible.module_utils.bc_sweepstats import knee as _knee
 from ansible.module_utils.bc_sweepstats import (
@@ -223,11 +224,10 @@ def preflight(plans: list[dict[str, Any]]) -> dict[str, Any]:
             "why": "; ".join(dict.fromkeys(p["why"] for p in plans if not p["runnable"]))}
 
 
-def cycle_budget(phases: dict[str, Any]) -> dict[str, Any]:
-    """The cycle's worst case, phase by phase, in seconds: what an AWX job timeout must exceed
-    (it kills the job and skips `always`, so a cycle that may outlast it is refused)."""
-    worst = {k: round(float(v), 1) for k, v in phases.items()}
-    return {"phases": worst, "total_s": round(sum(worst.values()), 1)}
+def cycle_budget(numbers: dict[str, Any]) -> dict[str, Any]:
+    """The cycle's worst case, phase by phase, its total, the lock's lease and the switch's outer bound
+    (bc_strategy.budget: the arithmetic written once)."""
+    return _budget(numbers)
 
 
 def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -241,26 +241,6 @@ def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None
         return dict(choose(str(policy), numbers, support), need_mib=numbers["need_mib"], error="")
     except ValueError as err:
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
-
-
-def systemctl_show(text: str) -> list[dict[str, Any]]:
-    """`systemctl show -p ... UNIT1 UNIT2` output -> one {property: value} per unit, in order (systemctl
-    separates the units by a blank line); a unit systemd does not know reads as inactive, as systemctl says."""
-    return [parse_show(block) for block in str(text).strip().split("\n\n")] if str(text).strip() else []
-
-
-def lock_state(owner_text: str | None, heartbeat_text: str | None, mtime: float | None, now: float) -> dict[str, Any]:
-    """The lock as read from the host (its owner.json and heartbeat texts, None when absent; its directory's mtime,
-    None when there is no lock; the host's clock): held, holder (with its record), age_s and promised_in_s (seconds
-    until the holder's controller's promise of a next contact runs out, negative once broken; None without one)."""
-    try:
-        holder = json.loads(owner_text) if owner_text else {}
-    except ValueError:
-        holder = {"token": "unknown (no readable owner.json)"}
-    beat = str(heartbeat_text or "").strip()
-    return {"held": mtime is not None, "holder": holder if isinstance(holder, dict) else {},
-            "age_s": int(now - mtime) if mtime is not None else None,
-            "promised_in_s": int(beat) - int(now) if re.fullmatch(r"\d{1,12}", beat) else None}
 
 
 def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
@@ -299,6 +279,6 @@ class FilterModule:
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
-            "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table, "bc_systemctl_show": systemctl_show,
-            "bc_lock_state": lock_state, "bc_recovery_findings": recovery_findings,
+            "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
+            "bc_recovery_findings": recovery_findings,
         }

@@ -16,6 +16,8 @@ description:
   - A lock held by someone else fails the task with who holds it and since when. A lock older than
     O(stale_after) is broken only when O(break_stale=true); a younger one never is.
   - O(state=absent) removes the lock only when its token is O(token) (another cycle's lock is left alone).
+  - O(state=found) reads the lock as it is and changes nothing - its holder, its age and the holder's heartbeat's
+    promise (RV(found)) - for a recovery that says what a dead cycle left before it acts.
   - The holder records its progress in the lock (O(record), e.g. that it stopped the service or took
     the host out of the router) with a heartbeat and a lease (O(expires_in)). A lock whose lease ran
     out belongs to a dead cycle, whatever controller ran it (under AWX each job runs in a new
@@ -32,8 +34,14 @@ description:
 version_added: "1.0.0"
 options:
   path: {description: Lock directory., type: path, required: true}
-  state: {description: Take (present) or release (absent) the lock., type: str, choices: [present, absent], default: present}
-  token: {description: This cycle's identity; only the holder of the token releases the lock., type: str, required: true}
+  state:
+    description: Take (present) or release (absent) the lock, or read it as it is (found).
+    type: str
+    choices: [present, absent, found]
+    default: present
+  token:
+    description: This cycle's identity; only the holder of the token releases the lock. Required unless O(state=found).
+    type: str
   owner: {description: "Extra owner facts to record (controller, user, pid, playbook).", type: dict, default: {}}
   stale_after: {description: Seconds after which a held lock may be broken (with O(break_stale))., type: int, default: 7200}
   record: {description: Facts of the holder's progress merged into the lock (only by the holder)., type: dict, default: {}}
@@ -52,7 +60,7 @@ options:
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 attributes:
-  check_mode: {support: full, description: Reports whether the lock could be taken; takes nothing.}
+  check_mode: {support: full, description: "Reports whether the lock could be taken; takes nothing (O(state=found) reads it)."}
   diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: inference_unit
@@ -75,9 +83,34 @@ EXAMPLES = r"""
     path: /run/lock/benchmark-cycle-sglang-k26-ddtree.lock
     token: "{{ cycle_token }}"
     owner: {controller: awx-1, user: alice, pid: 4242}
+
+- name: Read the lock as it is (a recovery, before it acts)
+  host_lock:
+    path: /run/lock/benchmark-cycle-sglang-k26-ddtree.lock
+    state: found
+  register: lock
 """
 
 RETURN = r"""
+heartbeat:
+  description: >-
+    The file in the lock that holds the controller's promise of its next contact (whole seconds since the epoch),
+    written by the holder's contacts and read by the host's dead-man switch and by a take-over. This module names it.
+  returned: state=present or state=found
+  type: str
+  sample: /run/lock/benchmark-cycle-sglang-k26-ddtree.lock/heartbeat
+found:
+  description:
+    - The lock as it is - C(held), C(holder) (its C(owner.json) with its record; a token saying so when it cannot be
+      read), C(age_s) (seconds since the lock last changed; null without a lock) and C(promised_in_s) (seconds until
+      the holder's controller's promise of a next contact runs out, negative once broken; null without a readable one).
+  returned: state=found
+  type: dict
+  sample:
+    held: true
+    holder: {token: 20261201T083500Z-731942018, user: alice, controller: awx-1, record: {released: true, lb_removed: true}}
+    age_s: 58
+    promised_in_s: -36
 holder:
   description:
     - Owner facts of the lock - O(owner) merged with token, started, heartbeat, expires (0 without a lease) and record.
@@ -186,10 +219,22 @@ def heartbeat_file(path: str) -> str:
     return os.path.join(path, "heartbeat")
 
 
+def found(path: str, now: float) -> dict[str, Any]:
+    """The lock as it is, read and changed nothing (RETURN found)."""
+    try:
+        mtime: float | None = os.stat(path).st_mtime if os.path.isdir(path) else None
+    except FileNotFoundError:
+        mtime = None
+    promised = beat_until(heartbeat_file(path)) if mtime is not None else None
+    return {"held": mtime is not None, "holder": read_owner(path) if mtime is not None else {},
+            "age_s": int(now - mtime) if mtime is not None else None,
+            "promised_in_s": promised - int(now) if promised is not None else None}
+
+
 SPEC: dict[str, Any] = {
     "path": {"type": "path", "required": True},
-    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-    "token": {"type": "str", "required": True, "no_log": False},  # the cycle's name for its lock, printed in every refusal
+    "state": {"type": "str", "choices": ["present", "absent", "found"], "default": "present"},
+    "token": {"type": "str", "no_log": False},  # the cycle's name for its lock, printed in every refusal
     "owner": {"type": "dict", "default": {}},
     "stale_after": {"type": "int", "default": 7200},
     "break_stale": {"type": "bool", "default": False},
@@ -205,8 +250,8 @@ def problem(p: dict[str, Any]) -> str:
     for key in ("stale_after", "expires_in"):
         if p[key] < 0:
             return "%s must be >= 0 seconds, got %d (a negative age would make every lock stale)" % (key, p[key])
-    if not p["token"].strip():
-        return "token must not be empty"
+    if p["state"] != "found" and not (p["token"] or "").strip():
+        return "token must not be empty (state=%s): give this cycle's token" % p["state"]
     if not os.path.isdir(os.path.dirname(p["path"]) or "/"):
         return "lock directory parent %s does not exist" % os.path.dirname(p["path"])
     return ""
@@ -245,7 +290,8 @@ def take_over(module: AnsibleModule, owner: dict[str, Any], holder: dict[str, An
     lease = module.params["expires_in"] or module.params["stale_after"]
     taken = claim(path, owner, holder, promised, int(time.time()) + lease)
     if taken is not None:
-        module.exit_json(changed=True, holder=owner, broken=True, broken_holder=taken, age_s=age, **extra)
+        module.exit_json(changed=True, holder=owner, broken=True, broken_holder=taken, age_s=age,
+                         heartbeat=heartbeat_file(path), **extra)
     module.fail_json(msg="%s %s but another cycle took it first (or its holder renewed it): %s"
                      % (what, path, json.dumps({k: v for k, v in read_owner(path).items() if k in ("token", "controller", "pid")})
                         if os.path.isdir(path) else "it is free now; run again"))
@@ -279,6 +325,8 @@ def main() -> None:
     bad = problem(p)
     if bad:
         module.fail_json(msg=bad)
+    if p["state"] == "found":
+        module.exit_json(changed=False, found=found(path, time.time()), heartbeat=heartbeat_file(path))
     try:
         if p["state"] == "absent":
             module.exit_json(**release(path, p["token"], module.check_mode))
@@ -308,9 +356,10 @@ def present(module: AnsibleModule) -> None:
     owner = dict(p["owner"], token=p["token"], started=datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - hosts may run Python < 3.11
                  heartbeat=now, expires=now + p["expires_in"] if p["expires_in"] else 0, record=p["record"])
     if module.check_mode:
-        module.exit_json(changed=not os.path.isdir(path), holder=read_owner(path) if os.path.isdir(path) else owner)
+        module.exit_json(changed=not os.path.isdir(path), holder=read_owner(path) if os.path.isdir(path) else owner,
+                         heartbeat=heartbeat_file(path))
     if take(path, owner):
-        module.exit_json(changed=True, holder=owner, broken=False)
+        module.exit_json(changed=True, holder=owner, broken=False, heartbeat=heartbeat_file(path))
     with Guard(path):  # the holder again: renew the heartbeat and lease, merge its record - if it still holds it
         holder = read_owner(path)
         mine = holder.get("token") == p["token"]
@@ -320,9 +369,9 @@ def present(module: AnsibleModule) -> None:
                 holder["expires"] = now + p["expires_in"]
             write_owner(path, holder)
     if mine:
-        module.exit_json(changed=bool(p["record"]), holder=holder, broken=False)
+        module.exit_json(changed=bool(p["record"]), holder=holder, broken=False, heartbeat=heartbeat_file(path))
     if take(path, owner):  # released meanwhile
-        module.exit_json(changed=True, holder=owner, broken=False)
+        module.exit_json(changed=True, holder=owner, broken=False, heartbeat=heartbeat_file(path))
     try:
         age = int(now - os.stat(path).st_mtime)
     except FileNotFoundError:

@@ -40,13 +40,15 @@ description:
     The switch acts only on what it was armed for - it starts a unit that is not running, and restarts only the
     start of the unit it was armed for (its InvocationID, read when armed); a unit brought back since by anyone is
     left alone. Each firing says what it did and why in the switch's journal.
+  - O(state=found) reads the unit and its dead-man switch as they are and changes nothing (RV(found)); this
+    module alone names the switch.
 version_added: "1.0.0"
 options:
   name: {description: The unit name without C(.service)., type: str, required: true}
   state:
     description: What to do with the unit.
     type: str
-    choices: [present, stopped, started, restarted, sweep_ended, rolled_back, armed, disarmed]
+    choices: [present, stopped, started, restarted, sweep_ended, rolled_back, armed, disarmed, found]
     default: present
   token:
     description:
@@ -218,9 +220,18 @@ sweeps_ended:
   type: list
   elements: str
   sample: ["61234 sglang-k26-ddtree/20261201T083500Z-731942018"]
+found:
+  description:
+    - The unit's C(ActiveState), C(SubState) and C(InvocationID), and its dead-man switch's timer's C(ActiveState) and
+      C(SubState) (C(inactive) when it is not armed), as systemd reports them.
+  returned: state=found
+  type: dict
+  sample:
+    unit: {ActiveState: active, SubState: running, InvocationID: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718}
+    switch: {ActiveState: inactive, SubState: dead}
 switch:
   description: The dead-man switch's transient unit name.
-  returned: state=armed or disarmed
+  returned: state=armed, disarmed or found
   type: str
   sample: bc-deadman-sglang-k26-ddtree
 fires_in_s:
@@ -388,13 +399,15 @@ def run_steps(module: AnsibleModule, unit: Unit, beaten: dict[str, Any] | None =
         return unit.arm(p["fire_after"], p["sweep_tag"], p["switch_action"], beat_file, beat_for)
     if p["state"] == "disarmed":
         return unit.disarm()
+    if p["state"] == "found":
+        return unit.found()
     return unit.rollback()
 
 
 SPEC: dict[str, Any] = {
     "name": {"type": "str", "required": True},
     "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "armed",
-                                         "disarmed"],
+                                         "disarmed", "found"],
               "default": "present"},
     "token": {"type": "str", "no_log": False},  # the cycle's lock token: a name, not a credential
     "content": {"type": "str"},
@@ -457,7 +470,7 @@ def main() -> None:
         return host_run(argv, timeout or p["command_timeout"])
 
     # the states that disarm the switch end the heartbeat instead of writing one
-    beaten = None if p["state"] in DISARMING else beat_for(module, own_budget(p), time.time())
+    beaten = None if p["state"] in (*DISARMING, "found") else beat_for(module, own_budget(p), time.time())
     try:
         unit = Unit(p["name"], run, write_atomic, systemd_dir=p["systemd_dir"], state_dir=p["state_dir"],
                     env_file=p["env_file"], check_mode=module.check_mode, timeout=p["command_timeout"], token=p["token"])

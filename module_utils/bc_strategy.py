@@ -6,7 +6,7 @@ Three strategies, least disruptive first: `beside` (the sweep fits in the memory
 service keeps serving), `release` (it fits once the engine has released its KV cache in place:
 minutes of reload become the sweep's own seconds) and `stop` (drain, stop, start, reload). The
 inputs are the sweep's estimate, the device's free memory, and what the live server says it can
-release (bc_release.support). No imports: the filter plugin and the modules both use it.
+release (bc_release.support); and the cycle's worst case (`budget`). No imports: the filter plugin and the modules both use it.
 """
 
 from __future__ import annotations
@@ -51,3 +51,36 @@ def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None) -> d
                 "free + %d MiB releasable)" % (need, free, releasable)}
     return {"strategy": "stop", "why": "the sweep does not fit even after a release (%d MiB needed, %d MiB free + "
             "%d MiB releasable)" % (need, free, releasable)}
+
+
+# the constants of the worst case, each once: a sweep's async margin over its timeout, the drain's last probe, a
+# release or resume's HTTP calls, the pre-stop GPU check (DCGM included) and the post-sweep one (its commands at 60 s),
+# readiness's last probe and the completion, the play's own tasks
+ASYNC_MARGIN_S = 60
+DRAIN_PROBE_S = 10
+RELEASE_S = 90
+GPU_PRE_CHECK_S = 360
+GPU_POST_CHECK_S = 120
+READINESS_PROBE_S = 40
+OVERHEAD_S = 60
+
+
+def budget(n: dict[str, Any]) -> dict[str, Any]:
+    """The cycle's worst case, phase by phase, in seconds, and the parts that follow from it: `total_s` (what an AWX
+    job timeout must exceed: it kills the job and skips `always`), `lease_s` (the lock's lease: past it the holder is
+    dead) and `switch_after_s` (the dead-man switch's outer bound, from its arm before the stop: the stop, the GPU
+    wait, every sweep and the post-sweep GPU check, plus the margin). `n`: drain_deadline_s, release (a release may
+    be tried), stop_timeout_s, gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s."""
+    gpu = bool(n["has_gpu"])
+    phases = {"drain": int(n["drain_deadline_s"]) + DRAIN_PROBE_S,
+              "release": RELEASE_S if n["release"] else 0,
+              "gpu_pre_check": GPU_PRE_CHECK_S if gpu else 0,
+              "stop": int(n["stop_timeout_s"]) + (int(n["gpu_wait_s"]) if gpu else 0),
+              "sweep": int(n["sweep_runs"]) * (int(n["sweep_timeout_s"]) + ASYNC_MARGIN_S),
+              "gpu_post_check": GPU_POST_CHECK_S if gpu else 0,
+              "readiness": int(n["readiness_timeout_s"]) + READINESS_PROBE_S,
+              "rollback_readiness": int(n["readiness_timeout_s"]) + READINESS_PROBE_S,
+              "overhead": OVERHEAD_S}
+    total, margin = sum(phases.values()), int(n["margin_s"])
+    return {"phases": phases, "total_s": total, "lease_s": total + margin,
+            "switch_after_s": phases["stop"] + phases["sweep"] + phases["gpu_post_check"] + margin}

@@ -175,11 +175,17 @@ class Unit:
             raise UnitError("systemctl %s failed (exit %d): %s" % (" ".join(args), rc, (err or out).strip()))
         return rc, out
 
-    def show(self, *props: str) -> dict[str, str]:
-        args = ["show", self.name + ".service"]
+    def show(self, *props: str, unit: str | None = None) -> dict[str, str]:
+        args = ["show", unit or self.name + ".service"]
         for p in props:
             args.append("--property=" + p)
         return parse_show(self.systemctl(*args)[1])
+
+    def found(self) -> dict[str, Any]:
+        """The unit and its dead-man switch's timer as they are, read and changed nothing (a recovery's findings)."""
+        return {"changed": False, "switch": self.switch,
+                "found": {"unit": self.show("ActiveState", "SubState", "InvocationID"),
+                          "switch": self.show("ActiveState", "SubState", unit=self.switch + ".timer")}}
 
     # -- install -------------------------------------------------------------------------------
     def verify(self, content: str, scratch: str) -> None:

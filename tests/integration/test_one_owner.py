@@ -14,7 +14,20 @@ import subprocess
 import time
 
 import pytest
-from conftest import INVENTORY, ROOT, env, playbook, playbook_cmd, serving, sh, wait_for, wait_for_sweep, wait_in_host
+from conftest import (
+    INVENTORY,
+    ROOT,
+    env,
+    gated_sweep_python,
+    open_sweep_gate,
+    playbook,
+    playbook_cmd,
+    serving,
+    sh,
+    wait_for,
+    wait_for_sweep,
+    wait_in_host,
+)
 
 LOCK = "/run/lock/benchmark-cycle-llama-lab.lock"
 # the cycle's worst case is long here (a 900 s sweep budget): the switch's outer bound is far away, so a service
@@ -87,10 +100,14 @@ def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_hold
     from test_guarantees import router, with_router
 
     extra = with_router(dict(LONG))
-    live = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=dict(extra, bc_sweep_iters=200)), cwd=ROOT,
+    # the live cycle is held at the sweep's gate for as long as the recovery takes (a CPU sweep on a loaded machine
+    # could outlast its budget), then runs a short sweep
+    held = dict(extra, bc_sweep_python=gated_sweep_python(), bc_sweep_iters=3, bc_sweep_timeout_s=1800)
+    live = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=held), cwd=ROOT,
                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     wait_for_sweep(live)
     refused = playbook("playbooks/recover.yml", extra_vars=extra)
+    open_sweep_gate()
     text = " ".join(refused.out.split())
     assert refused.rc != 0 and "another benchmark cycle holds" in text and "bc_lock_break_token=" in text, refused.out[-3000:]
     out, _ = live.communicate(timeout=1800)

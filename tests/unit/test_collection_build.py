@@ -104,7 +104,7 @@ def test_comments_and_fqcns_are_not_short_names():
 
 def test_filter_names_are_read_from_the_filter_plugin():
     names = build.filter_names((ROOT / "filter_plugins" / "bc_filters.py").read_text())
-    assert {"bc_redact", "bc_strategy", "bc_lock_state"} <= set(names) and all(n.startswith("bc_") for n in names)
+    assert {"bc_redact", "bc_strategy", "bc_recovery_findings"} <= set(names) and all(n.startswith("bc_") for n in names)
 
 
 def test_the_version_is_stamped_unless_head_is_the_release_tag(tmp_path):

@@ -137,35 +137,14 @@ def test_a_missing_pid_proves_a_holder_dead_only_on_the_same_process_table():
     assert not same_pid_table("ctl-1", "ctl-1")
 
 
-def test_systemctl_show_reads_each_unit_in_order_and_an_unknown_one_as_systemctl_says():
-    # the text of `systemctl show -p ActiveState -p SubState -p InvocationID -- llama-lab.service bc-deadman-llama-lab.timer`
-    text = ("ActiveState=inactive\nSubState=dead\nInvocationID=\n\n"
-            "ActiveState=active\nSubState=waiting\nInvocationID=4f0c1e9a2b7d4e0f9a8b7c6d5e4f3a2b\n")
-    assert F["bc_systemctl_show"](text) == [{"ActiveState": "inactive", "SubState": "dead", "InvocationID": ""},
-                                            {"ActiveState": "active", "SubState": "waiting",
-                                             "InvocationID": "4f0c1e9a2b7d4e0f9a8b7c6d5e4f3a2b"}]
-    assert F["bc_systemctl_show"]("") == [] and F["bc_systemctl_show"]("ActiveState=failed\n") == [{"ActiveState": "failed"}]
-
-
-def test_lock_state_reads_the_holder_its_age_and_the_heartbeats_promise():
-    owner = '{"token": "t1", "user": "alice", "controller": "awx-1", "record": {"stopped": true}}'
-    assert F["bc_lock_state"](owner, "1100\n", 900.0, 1000) == {
-        "held": True, "holder": {"token": "t1", "user": "alice", "controller": "awx-1", "record": {"stopped": True}},
-        "age_s": 100, "promised_in_s": 100}
-    assert F["bc_lock_state"](owner, "990", 900.0, 1000)["promised_in_s"] == -10  # broken 10 s ago
-    for beat in (None, "", "soon", "-5"):  # no promise readable: none, never a kept one
-        assert F["bc_lock_state"](owner, beat, 900.0, 1000)["promised_in_s"] is None
-    assert F["bc_lock_state"](None, None, None, 1000) == {"held": False, "holder": {}, "age_s": None, "promised_in_s": None}
-    assert F["bc_lock_state"]("{broken", None, 900.0, 1000)["holder"]["token"].startswith("unknown")
-
-
 def test_recovery_findings_say_what_a_dead_cycle_left_in_one_sentence():
-    lock = F["bc_lock_state"]('{"token": "t1", "user": "alice", "controller": "awx-1", "record": {"lb_removed": true, '
-                              '"stopped": true}}', "990", 900.0, 1000)
+    lock = {"held": True, "holder": {"token": "t1", "user": "alice", "controller": "awx-1",
+                                     "record": {"lb_removed": True, "stopped": True}}, "age_s": 100, "promised_in_s": -10}
     found = {"lock": lock, "unit": {"ActiveState": "inactive", "SubState": "dead"}, "switch": {"ActiveState": "active"}}
     assert F["bc_recovery_findings"](found, "ct200", "sglang-k26") == (
         'ct200: the lock is held by cycle t1 (alice@awx-1, 100 s old; its controller broke its promise of a next contact '
         '10 s ago); it records {"lb_removed": true, "stopped": true}; sglang-k26 is inactive (dead); the dead-man switch is ARMED')
-    calm = {"lock": F["bc_lock_state"](None, None, None, 0), "unit": {"ActiveState": "active", "SubState": "running"}, "switch": {}}
+    calm = {"lock": {"held": False, "holder": {}, "age_s": None, "promised_in_s": None},
+            "unit": {"ActiveState": "active", "SubState": "running"}, "switch": {}}
     assert F["bc_recovery_findings"](calm, "ct200", "sglang-k26") == (
         "ct200: no lock; sglang-k26 is active (running); the dead-man switch is not armed")

@@ -168,3 +168,31 @@ def test_a_controller_that_beat_since_it_was_judged_keeps_the_lock(tmp_path):
     (lock / "heartbeat").write_text("%d\n" % (time.time() + 60))  # its sweep poll came in between
     assert host_lock.claim(str(lock), {"token": "me"}, judged, promised) is None
     assert json.loads((lock / "owner.json").read_text())["token"] == "quiet-cycle"
+
+
+def test_found_reads_the_lock_as_it_is_and_changes_nothing(tmp_path):
+    """state=found through the real module (AnsiballZ): the holder, its age, the heartbeat's promise, and the
+    heartbeat file's name, which host_lock alone gives (a take names it too); nothing is written."""
+    from test_modules_adhoc import adhoc
+
+    path = tmp_path / "benchmark-cycle-u.lock"
+    none = adhoc("host_lock", {"path": str(path), "state": "found"})
+    assert none["_status"] == "SUCCESS" and none["changed"] is False
+    assert none["found"] == {"held": False, "holder": {}, "age_s": None, "promised_in_s": None}
+    assert not path.exists()
+    taken = adhoc("host_lock", {"path": str(path), "token": "t1", "record": {"stopped": True}})
+    assert taken["heartbeat"] == str(path / "heartbeat") == none["heartbeat"]
+    (path / "heartbeat").write_text("%d\n" % (time.time() - 10))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in path.iterdir())
+    got = adhoc("host_lock", {"path": str(path), "state": "found"})["found"]
+    assert got["held"] is True and got["holder"]["token"] == "t1" and got["holder"]["record"] == {"stopped": True}
+    assert -12 <= got["promised_in_s"] <= -9 and got["age_s"] >= 0  # broken about 10 s ago
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in path.iterdir()) == before
+    for text in ("", "soon", "-5"):  # a promise that cannot be read is none, never a kept one
+        (path / "heartbeat").write_text(text)
+        assert adhoc("host_lock", {"path": str(path), "state": "found"})["found"]["promised_in_s"] is None
+    (path / "owner.json").write_text("{broken")
+    assert adhoc("host_lock", {"path": str(path), "state": "found"})["found"]["holder"]["token"].startswith("unknown")
+    # the other states still need this cycle's token, and say so
+    r = adhoc("host_lock", {"path": str(path), "state": "absent"})
+    assert r["_status"] == "FAILED!" and "token must not be empty (state=absent)" in r["msg"]

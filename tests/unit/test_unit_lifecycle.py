@@ -522,3 +522,13 @@ def test_arming_with_a_heartbeat_checks_every_few_seconds_and_without_fires_once
     launch = next(a for a in runs if a[0] == "systemd-run")
     assert got["check_s"] == 0 and "--on-active=900s" in launch and not any(a.startswith("--on-unit-active") for a in launch)
     assert u.arm(900, None, "start", "/x/heartbeat", 5, now=0.0)["check_s"] == 2  # never below 2 s
+
+
+def test_found_reads_the_unit_and_its_switch_by_the_name_only_this_module_gives_and_changes_nothing(tmp_path):
+    run = SystemctlDouble(active="active", invocation="6f1c2a9b0e8d4c7fa1b2c3d4e5f60718")
+    got = unit(tmp_path, run).found()
+    assert got["changed"] is False and got["switch"] == "bc-deadman-bc-test"
+    assert got["found"]["unit"]["ActiveState"] == "active"
+    assert got["found"]["unit"]["InvocationID"] == "6f1c2a9b0e8d4c7fa1b2c3d4e5f60718"
+    assert [c[:2] for c in run.calls] == [["show", "bc-test.service"], ["show", "bc-deadman-bc-test.timer"]]
+    assert all(c[0] == "show" for c in run.calls)  # read only
