@@ -244,3 +244,36 @@ def test_a_live_holder_on_a_twin_controller_name_keeps_the_lock_until_its_heartb
                 did="refused while the promise held (a missing pid on another process table proves nothing), the "
                     "service untouched; taken over once the promise was broken, and cycled",
                 service_after=serving(), data_kept="the second run's full results", detect_s=None, run_s=run.seconds)
+
+
+def test_two_controllers_taking_over_one_dead_lock_at_once_leave_exactly_one_owner(llama, reliability):
+    """Two real cycles started together against a lock whose holder's controller broke its promise: exactly one takes
+    it over and inherits the record; the other is refused by the winner, named (the take-over is atomic under the
+    lock's guard; tests/unit/test_lock_takeover.py injects a pause inside it). The winner is held at its sweep's gate
+    until the loser has ended, so the loser cannot take a lock freed by a finished winner."""
+    now = time.time()
+    dead = {"token": "dead-cycle", "user": "alice", "controller": "awx-1", "pid": "4242", "started": "earlier",
+            "heartbeat": now - 600, "expires": now + 3600, "record": {"lb_removed": False}}
+    sh(f"mkdir -m 700 -p {LOCK} && echo '{json.dumps(dead)}' > {LOCK}/owner.json && chmod 600 {LOCK}/owner.json"
+       f" && echo {int(now) - 30} > {LOCK}/heartbeat")
+    held = {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": 1800}
+    procs = [subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=held), cwd=ROOT, env=env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    try:
+        # the loser ends at the lock; the winner waits at the gate
+        wait_for("one of the two to end", lambda: any(p.poll() is not None for p in procs), 1800)
+    finally:
+        open_sweep_gate()
+    outs = [" ".join(p.communicate(timeout=1800)[0].split()) for p in procs]  # a hang guard
+    won = [i for i, p in enumerate(procs) if p.returncode == 0]
+    assert len(won) == 1, [o[-2000:] for o in outs]
+    winner, loser = outs[won[0]], outs[1 - won[0]]
+    assert "broke the lock of cycle dead-cycle" in winner and "broke its promise" in winner, winner[-3000:]
+    assert "broke the lock of cycle dead-cycle" not in loser
+    assert "another benchmark cycle holds" in loser or "another cycle took it first" in loser, loser[-3000:]
+    assert serving() == "active, answers 2+2=4"
+    reliability(fault="two controllers take over one dead lock at once",
+                injected="a lock whose controller broke its heartbeat's promise; two real cycles started together",
+                did="exactly one took it over (and inherited its record); the other was refused, the winner named; "
+                    "the winner cycled",
+                service_after=serving(), data_kept="the winner's full results", detect_s=None, run_s=None)
