@@ -186,9 +186,10 @@ from ansible.module_utils.bc_host import Guard, LockError, beat_until, write_ato
 def read_owner(path: str) -> dict[str, Any]:
     try:
         with open(os.path.join(path, "owner.json"), encoding="utf-8") as fh:
-            return json.load(fh)
+            owner = json.load(fh)
     except (OSError, ValueError):
-        return {"token": "unknown (no readable owner.json)"}
+        owner = None
+    return owner if isinstance(owner, dict) else {"token": "unknown (no readable owner.json)"}
 
 
 def write_owner(path: str, owner: dict[str, Any]) -> None:
@@ -252,7 +253,7 @@ def problem(p: dict[str, Any]) -> str:
             return "%s must be >= 0 seconds, got %d (a negative age would make every lock stale)" % (key, p[key])
     if p["state"] != "found" and not (p["token"] or "").strip():
         return "token must not be empty (state=%s): give this cycle's token" % p["state"]
-    if not os.path.isdir(os.path.dirname(p["path"]) or "/"):
+    if p["state"] != "found" and not os.path.isdir(os.path.dirname(p["path"]) or "/"):
         return "lock directory parent %s does not exist" % os.path.dirname(p["path"])
     return ""
 

@@ -70,12 +70,15 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     job timeout must exceed: it kills the job and skips `always`), `lease_s` (the lock's lease: past it the holder is
     dead) and `switch_after_s` (the dead-man switch's outer bound, from its arm before the stop: the stop, the GPU
     wait, every sweep and the post-sweep GPU check, plus the margin). `n`: drain_deadline_s, release (a release may
-    be tried), stop_timeout_s, gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s."""
+    be tried), stop_timeout_s, gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s, and
+    gpu_check (the stop waits for the GPU to free; has_gpu when absent). The switch is armed before a release: a
+    release that frees too little is resumed and followed by a stop, all inside the switch's window."""
     gpu = bool(n["has_gpu"])
+    gpu_wait = int(n["gpu_wait_s"]) if bool(n.get("gpu_check", gpu)) else 0
     phases = {"drain": int(n["drain_deadline_s"]) + DRAIN_PROBE_S,
               "release": RELEASE_S if n["release"] else 0,
               "gpu_pre_check": GPU_PRE_CHECK_S if gpu else 0,
-              "stop": int(n["stop_timeout_s"]) + (int(n["gpu_wait_s"]) if gpu else 0),
+              "stop": int(n["stop_timeout_s"]) + gpu_wait,
               "sweep": int(n["sweep_runs"]) * (int(n["sweep_timeout_s"]) + ASYNC_MARGIN_S),
               "gpu_post_check": GPU_POST_CHECK_S if gpu else 0,
               "readiness": int(n["readiness_timeout_s"]) + READINESS_PROBE_S,
@@ -83,4 +86,4 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
               "overhead": OVERHEAD_S}
     total, margin = sum(phases.values()), int(n["margin_s"])
     return {"phases": phases, "total_s": total, "lease_s": total + margin,
-            "switch_after_s": phases["stop"] + phases["sweep"] + phases["gpu_post_check"] + margin}
+            "switch_after_s": phases["release"] + phases["stop"] + phases["sweep"] + phases["gpu_post_check"] + margin}

@@ -88,22 +88,24 @@ CT200 = {"drain_deadline_s": 120, "release": True, "stop_timeout_s": 195, "gpu_w
 @pytest.mark.parametrize(("change", "phases", "total", "switch_after"), [
     # ct200's numbers: two sweeps of 1800 s on a GPU host, a release possible
     ({}, {"drain": 130, "release": 90, "gpu_pre_check": 360, "stop": 255, "sweep": 3720, "gpu_post_check": 120,
-          "readiness": 940, "rollback_readiness": 940, "overhead": 60}, 6615, 255 + 3720 + 120 + 60),
+          "readiness": 940, "rollback_readiness": 940, "overhead": 60}, 6615, 90 + 255 + 3720 + 120 + 60),
     # no GPU (the lab's CPU sweep): no GPU checks, no GPU wait after the stop
-    ({"has_gpu": False}, {"gpu_pre_check": 0, "stop": 195, "gpu_post_check": 0}, 6615 - 360 - 60 - 120, 195 + 3720 + 60),
+    ({"has_gpu": False}, {"gpu_pre_check": 0, "stop": 195, "gpu_post_check": 0}, 6615 - 360 - 60 - 120, 90 + 195 + 3720 + 60),
+    # the stop's GPU wait follows whether the stop waits for the GPU, not only whether there is one
+    ({"has_gpu": False, "gpu_check": True}, {"stop": 255}, 6615 - 360 - 120, 90 + 255 + 3720 + 60),
     # bc_stop_policy always/never: no release tried
     ({"release": False}, {"release": 0}, 6615 - 90, 255 + 3720 + 120 + 60),
     # the GPU wait is the setting's, not a constant
-    ({"gpu_wait_s": 300}, {"stop": 495}, 6615 + 240, 495 + 3720 + 120 + 60),
+    ({"gpu_wait_s": 300}, {"stop": 495}, 6615 + 240, 90 + 495 + 3720 + 120 + 60),
     # every sweep counts with its async margin
-    ({"sweep_runs": 5}, {"sweep": 5 * 1860}, 6615 + 3 * 1860, 255 + 5 * 1860 + 120 + 60),
+    ({"sweep_runs": 5}, {"sweep": 5 * 1860}, 6615 + 3 * 1860, 90 + 255 + 5 * 1860 + 120 + 60),
 ])
 def test_the_worst_case_is_one_sum_and_the_lease_and_the_switch_follow_from_it(change, phases, total, switch_after):
     got = cycle_budget(dict(CT200, **change))
     assert {k: got["phases"][k] for k in phases} == phases
     assert got["total_s"] == sum(got["phases"].values()) == total
     assert got["lease_s"] == total + 60  # past it, the holder is dead
-    assert got["switch_after_s"] == switch_after  # from the arm: stop, sweeps, post-sweep check, margin
+    assert got["switch_after_s"] == switch_after  # from the arm: a release, the stop, sweeps, post-sweep check, margin
     assert got["switch_after_s"] < got["lease_s"]  # the switch acts before the lock is anyone's
 
 

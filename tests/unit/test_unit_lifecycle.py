@@ -5,6 +5,7 @@ systemd in the lab (tests/integration)."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -532,3 +533,20 @@ def test_found_reads_the_unit_and_its_switch_by_the_name_only_this_module_gives_
     assert got["found"]["unit"]["InvocationID"] == "6f1c2a9b0e8d4c7fa1b2c3d4e5f60718"
     assert [c[:2] for c in run.calls] == [["show", "bc-test.service"], ["show", "bc-deadman-bc-test.timer"]]
     assert all(c[0] == "show" for c in run.calls)  # read only
+
+
+def test_a_read_of_the_unit_never_writes_the_controllers_heartbeat(tmp_path):
+    """state=found through the real module with a heartbeat given: a read is no contact of the cycle's, so it makes no
+    promise for the controller (this machine has no systemd: the read itself fails, naming systemctl, and still
+    writes nothing)."""
+    from test_modules_adhoc import adhoc
+
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "t1"}))  # the lock is t1's: its contacts beat
+    beat = tmp_path / "heartbeat"
+    given = {"path": str(beat), "for_s": 60, "token": "t1"}
+    r = adhoc("inference_unit", {"name": "bc-test", "state": "found", "heartbeat": given})
+    assert not beat.exists(), r
+    assert "Traceback" not in json.dumps(r)
+    # the same call as a contact (a stop) does beat first: the property above is the read's, not the setup's
+    adhoc("inference_unit", {"name": "bc-test", "state": "stopped", "heartbeat": given, "gpu_check": False}, check=False)
+    assert beat.exists()
