@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from role_readme import readmes as role_readmes
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "collection"
@@ -197,6 +198,8 @@ def build(out: Path, root: Path = ROOT) -> Path:
         shutil.copy2(HERE / rel, dest / rel)
     for rel in ("LICENSE", "CHANGELOG.md"):
         shutil.copy2(root / rel, dest / rel)
+    for rel, text in role_readmes(root, fqcn).items():  # each role's README names it as the collection's
+        (dest / rel).write_text(text)
     shutil.copytree(root / "changelogs", dest / "changelogs", ignore=shutil.ignore_patterns(".*"))
     if problems:
         raise BuildError("the collection still names project-layout code:\n  " + "\n  ".join(problems))
