@@ -43,26 +43,12 @@ from ansible.module_utils.bc_contract import key_problem as _key_problem
 from ansible.module_utils.bc_contract import problems as _problems
 from ansible.module_utils.bc_engines import flag_for_version, profile
 from ansible.module_utils.bc_export import textfile as prom_textfile
-from ansible.module_utils.bc_health import reload_line
 from ansible.module_utils.bc_host import redact as _redact
 from ansible.module_utils.bc_host import vmstat
 from ansible.module_utils.bc_strategy import budget as _budget
 from ansible.module_utils.bc_strategy import choose
-from ansible.module_utils.bc_sweepstats import knee as _knee
-from ansible.module_utils.bc_sweepstats import (
-    merge_reference,
-    per_token,
-    roofline,
-    sweep_compare,
-    sweep_table,
-)
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
-
-
-def sweep_knee(points: list[dict[str, Any]], num_experts: int | None = None, tolerance: float = 0.10) -> dict[str, Any]:
-    """{knee_m, plateau_m, plateau_ms} of a sweep's points (see module_utils/bc_sweepstats.knee)."""
-    return _knee(points, num_experts, tolerance=tolerance)
 
 
 def cli_args(settings: dict[str, Any], flags: dict[str, Any], version: str = "0") -> list[str]:
@@ -266,12 +252,9 @@ def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "bc_sweep_knee": sweep_knee, "bc_per_token": per_token, "bc_roofline": roofline,
-            "bc_sweep_compare": sweep_compare, "bc_sweep_table": sweep_table,
-            "bc_merge_reference": merge_reference, "bc_flag_for_version": flag_for_version,
             "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
             "bc_name_list": name_list,
-            "bc_reload_line": reload_line, "bc_oom_kills_since": oom_kills_since,
+            "bc_oom_kills_since": oom_kills_since,
             "bc_unit_name": unit_name, "bc_hook_secrets": hook_secrets, "bc_key_problem": key_problem,
             "bc_server_keys": server_keys,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,

@@ -6,8 +6,14 @@ from ansible.module_utils.bc_sweepstats import (
     ShapeError,
     estimate_peak_bytes,
     expected_experts_touched,
+    knee,
+    merge_reference,
+    per_token,
     point_cost,
+    roofline,
     shard,
+    sweep_compare,
+    sweep_table,
     validate,
     weight_bytes,
 )
@@ -71,3 +77,54 @@ def test_estimate_is_weights_plus_working_set_and_fits_the_h200_targets():
     assert 8.86 < full <= 11  # 9.51 GB of weights = 8.86 GiB, target <= 11 GiB
     assert tp8 < 2
     assert dense > 3 * full  # bf16 weights are ~3.5x the INT4 ones
+
+
+# (these were the tests of filters no playbook used: the functions themselves)
+def pts(ms_by_m, touched=None):
+    return [{"m": m, "ms": ms, "experts_touched": (touched or {}).get(m, 0)} for m, ms in ms_by_m.items()]
+
+
+def test_stats_knee_is_first_point_within_ten_percent_of_the_streaming_plateau():
+    p = pts({1: 0.1, 16: 0.9, 64: 2.0, 128: 2.9, 256: 3.2, 1024: 4.8},
+            {1: 8, 16: 110, 64: 280, 128: 360, 256: 382.5, 1024: 384})
+    k = knee(p, 384)
+    assert k == {"knee_m": 128, "plateau_m": 256, "plateau_ms": 3.2}
+
+
+def test_stats_knee_without_expert_counts_uses_the_largest_m():
+    k = knee(pts({1: 1.0, 2: 1.9, 4: 2.0}))
+    assert k["plateau_m"] == 4 and k["knee_m"] == 2
+
+
+def test_stats_knee_of_empty_sweep_is_none():
+    assert knee([], 384) == {"knee_m": None, "plateau_m": None, "plateau_ms": None}
+
+
+def test_stats_per_token_divides_by_m_and_rejects_zero():
+    out = per_token([{"m": 4, "ms": 2.0}])
+    assert out[0]["us_per_token"] == 500.0
+    with pytest.raises(ValueError, match="m=0"):
+        per_token([{"m": 0, "ms": 1.0}])
+
+
+def test_stats_roofline_floor_and_efficiency():
+    out = roofline([{"m": 256, "ms": 3.0, "bytes_moved": 9.51e9}], 4230.0)
+    assert out[0]["floor_ms"] == pytest.approx(2.2482, abs=1e-3)
+    assert out[0]["efficiency"] == pytest.approx(2.2482 / 3.0, abs=1e-3)
+    with pytest.raises(ValueError, match="bandwidth_gbs"):
+        roofline([], 0)
+
+
+def test_stats_compare_ratio_only_for_common_m():
+    rows = sweep_compare([{"m": 1, "ms": 1.0}, {"m": 2, "ms": 3.0}], [{"m": 2, "ms": 2.0}, {"m": 4, "ms": 1.0}])
+    assert rows == [{"m": 2, "current": 3.0, "previous": 2.0, "ratio": 1.5}]
+
+
+def test_stats_table_has_a_row_per_point_and_reference_columns_when_merged():
+    point = {"m": 1, "ms": 0.0851, "ms_min": 0.08, "ms_max": 0.09, "us_per_token": 85.1, "experts_touched": 8.0,
+             "gbs": 2333.0, "tflops": 8.2, "floor_ms": 0.0469, "efficiency": 0.55}
+    plain = sweep_table({"points": [point]})
+    assert plain.count("\n") == 2 and "| 1 | 0.0851 |" in plain and "speed-up" not in plain
+    merged = merge_reference([point], [{"m": 1, "ms": 0.34}])
+    table = sweep_table({"points": merged})
+    assert "INT4 speed-up" in table and "| 3.995 |" in table
