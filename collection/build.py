@@ -20,6 +20,7 @@ stamped ``<version>-dev+g<commit>`` unless HEAD is tagged ``v<version>``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from filter_docs import sidecars as filter_sidecars
 from role_readme import readmes as role_readmes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,6 +155,16 @@ def stamped_version(version: str, root: Path = ROOT) -> str:
     return "%s-dev+g%s" % (version, commit) if commit else "%s-dev" % version
 
 
+def filter_docs(root: Path, fqcn: str, version: str) -> dict[str, str]:
+    """Each filter's ansible-doc sidecar (collection/filter_docs.py), from the project's filter plugin as it runs."""
+    spec = importlib.util.spec_from_file_location("bc_filters_documented", root / "filter_plugins" / "bc_filters.py")
+    if spec is None or spec.loader is None:
+        raise BuildError("cannot load %s" % (root / "filter_plugins" / "bc_filters.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return filter_sidecars(module.FilterModule().filters(), root, fqcn, version)
+
+
 def build(out: Path, root: Path = ROOT) -> Path:
     galaxy: dict[str, Any] = yaml.safe_load((HERE / "galaxy.yml").read_text())
     fqcn = "%s.%s" % (galaxy["namespace"], galaxy["name"])
@@ -200,6 +212,9 @@ def build(out: Path, root: Path = ROOT) -> Path:
         shutil.copy2(root / rel, dest / rel)
     for rel, text in role_readmes(root, fqcn).items():  # each role's README names it as the collection's
         (dest / rel).write_text(text)
+    for name, text in filter_docs(root, fqcn, str(galaxy["version"]).split("-")[0]).items():
+        # a sidecar names its filter by the short name (as ansible-core's own do): written beside the leftovers check
+        (dest / "plugins" / "filter" / ("%s.yml" % name)).write_text(rewrite_yaml(text, fqcn, [], filters, []))
     shutil.copytree(root / "changelogs", dest / "changelogs", ignore=shutil.ignore_patterns(".*"))
     if problems:
         raise BuildError("the collection still names project-layout code:\n  " + "\n  ".join(problems))

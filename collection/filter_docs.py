@@ -1,0 +1,95 @@
+"""Each filter's documentation for `ansible-doc -t filter` (a YAML sidecar beside plugins/filter/bc_filters.py in
+the built collection), made from what is already written once: the function's docstring (the description), its
+signature (the input, the positional arguments, their types and defaults) and the first place a playbook or role
+of the project uses it (the example). Nothing here is written by hand for one filter."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Python annotations as ansible-doc types
+TYPES = {str: "str", int: "int", float: "float", bool: "bool", dict: "dict", list: "list", tuple: "list"}
+
+
+def doc_type(annotation: Any) -> str:
+    """The ansible-doc type of a parameter's or return value's annotation ("raw" when it is not one type)."""
+    if isinstance(annotation, str):
+        return "raw"
+    origin = typing.get_origin(annotation) or annotation
+    if origin in (typing.Union, types.UnionType):
+        kinds = {doc_type(a) for a in typing.get_args(annotation) if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else "raw"
+    return TYPES.get(origin, "raw")
+
+
+def used_in(name: str, root: Path) -> list[str]:
+    """The project's playbooks, task files and templates that apply the filter `name`."""
+    pattern = re.compile(r"\|\s*%s\b" % re.escape(name))
+    paths = sorted([*root.glob("playbooks/**/*.yml"), *root.glob("roles/**/*.yml"), *root.glob("roles/**/*.j2")])
+    return [str(p.relative_to(root)) for p in paths if pattern.search(p.read_text(encoding="utf-8"))]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks (the EXAMPLES read as written)."""
+
+
+_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+
+
+def sidecar(name: str, fn: Callable[..., Any], root: Path, fqcn: str, version: str) -> dict[str, Any]:
+    hints = typing.get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    doc = inspect.getdoc(fn) or ""
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
+    first = re.split(r"(?<=[.:;])\s", paragraphs[0], maxsplit=1)[0] if paragraphs else name
+    options: dict[str, Any] = {}
+    positional = []
+    for i, param in enumerate(params):
+        if param.kind is param.VAR_POSITIONAL:  # filter(*values): the input is the first, the rest follow it
+            if i == 0:
+                options["_input"] = {"description": "The first of the values (C(%s))." % param.name, "type": "raw",
+                                     "required": True}
+            key = "_more_" + param.name
+            options[key] = {"description": "Any number of further values (C(%s))." % param.name, "type": "list",
+                            "elements": "raw"}
+            positional.append(key)
+            continue
+        key = "_input" if i == 0 else param.name
+        option: dict[str, Any] = {"description": ("The value filtered (C(%s))." if i == 0 else "The argument C(%s).") % param.name,
+                                  "type": doc_type(hints.get(param.name, Any))}
+        if param.default is inspect.Parameter.empty:
+            option["required"] = True
+        elif param.default not in (None, ()):
+            option["default"] = param.default
+        options[key] = option
+        if i > 0:
+            positional.append(key)
+    documentation: dict[str, Any] = {
+        "name": name, "author": "benchmark-cycle contributors", "version_added": version,
+        "short_description": first.rstrip(".:;")[:160],
+        "description": paragraphs or [name],
+        "options": options,
+    }
+    if positional:
+        documentation["positional"] = ", ".join(positional)
+    args = [p.name for p in params[1:] if p.default is inspect.Parameter.empty or p.kind is p.VAR_POSITIONAL]
+    call = "%s.%s%s" % (fqcn, name, "(%s)" % ", ".join(args) if args else "")
+    where = used_in(name, root)
+    example = "%sresult: \"{{ %s | %s }}\"\n" % (
+        "# used by %s\n" % ", ".join(where) if where else "", params[0].name if params else "value", call)
+    returned = {"description": "What the description says it returns.", "type": doc_type(hints.get("return", Any))}
+    return {"DOCUMENTATION": documentation, "EXAMPLES": example, "RETURN": {"_value": returned}}
+
+
+def sidecars(filters: dict[str, Callable[..., Any]], root: Path, fqcn: str, version: str = "1.0.0") -> dict[str, str]:
+    """{filter name: its sidecar's YAML text} for every filter the plugin registers."""
+    return {name: yaml.dump(sidecar(name, fn, root, fqcn, version), Dumper=_Dumper, sort_keys=False, width=120)
+            for name, fn in sorted(filters.items())}
