@@ -139,9 +139,16 @@ def leftovers(text: str, fqcn: str, modules: list[str], filters: list[str], role
     return found
 
 
-def filter_names(source: str) -> list[str]:
-    """The filters bc_filters.py registers (FilterModule.filters)."""
-    return sorted(set(re.findall(r'"(bc_\w+)":\s*\w', source[source.index("def filters(self)"):])))
+def plugin_filters(root: Path = ROOT) -> dict[str, Any]:
+    """The filters the project's filter plugin registers (FilterModule.filters), loaded as it runs: their names for
+    the rewrites and the leftovers check, their functions for their documentation (collection/filter_docs.py)."""
+    path = root / "filter_plugins" / "bc_filters.py"
+    spec = importlib.util.spec_from_file_location("bc_filters_of_%s" % abs(hash(str(root))), path)
+    if spec is None or spec.loader is None:
+        raise BuildError("cannot load %s" % path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
 
 
 def stamped_version(version: str, root: Path = ROOT) -> str:
@@ -155,16 +162,6 @@ def stamped_version(version: str, root: Path = ROOT) -> str:
     return "%s-dev+g%s" % (version, commit) if commit else "%s-dev" % version
 
 
-def filter_docs(root: Path, fqcn: str, version: str) -> dict[str, str]:
-    """Each filter's ansible-doc sidecar (collection/filter_docs.py), from the project's filter plugin as it runs."""
-    spec = importlib.util.spec_from_file_location("bc_filters_documented", root / "filter_plugins" / "bc_filters.py")
-    if spec is None or spec.loader is None:
-        raise BuildError("cannot load %s" % (root / "filter_plugins" / "bc_filters.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return filter_sidecars(module.FilterModule().filters(), root, fqcn, version)
-
-
 def build(out: Path, root: Path = ROOT) -> Path:
     galaxy: dict[str, Any] = yaml.safe_load((HERE / "galaxy.yml").read_text())
     fqcn = "%s.%s" % (galaxy["namespace"], galaxy["name"])
@@ -173,7 +170,8 @@ def build(out: Path, root: Path = ROOT) -> Path:
     dest.mkdir(parents=True)
     modules = sorted(p.stem for p in (root / "library").glob("*.py"))
     fragments = sorted(p.stem for p in (root / "doc_fragments").glob("*.py"))
-    filters = filter_names((root / "filter_plugins" / "bc_filters.py").read_text())
+    registered = plugin_filters(root)
+    filters = sorted(registered)
     roles = sorted(p.name for p in (root / "roles").iterdir() if (p / "tasks").is_dir())
     problems: list[str] = []
 
@@ -212,7 +210,7 @@ def build(out: Path, root: Path = ROOT) -> Path:
         shutil.copy2(root / rel, dest / rel)
     for rel, text in role_readmes(root, fqcn).items():  # each role's README names it as the collection's
         (dest / rel).write_text(text)
-    for name, text in filter_docs(root, fqcn, str(galaxy["version"]).split("-")[0]).items():
+    for name, text in filter_sidecars(registered, root, fqcn, str(galaxy["version"]).split("-")[0]).items():
         # a sidecar names its filter by the short name (as ansible-core's own do): written beside the leftovers check
         (dest / "plugins" / "filter" / ("%s.yml" % name)).write_text(rewrite_yaml(text, fqcn, [], filters, []))
     shutil.copytree(root / "changelogs", dest / "changelogs", ignore=shutil.ignore_patterns(".*"))
