@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from filter_docs import sidecars as filter_sidecars
 from role_readme import readmes as role_readmes
 

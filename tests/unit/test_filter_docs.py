@@ -15,9 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collection"))
 
-import filter_docs
-
 import build
+import filter_docs
 
 FQCN = "inference_ops.benchmark_cycle"
 
