@@ -51,10 +51,11 @@ def default_of(option: dict[str, Any]) -> str:
 
 
 def used_by(role: str, root: Path) -> list[str]:
-    """The playbooks and task files that call this role (include_role/import_role name or a roles: list)."""
+    """The playbooks and other roles' task files that call this role (include_role/import_role name or a roles: list)."""
     pattern = re.compile(r"(?:name:|role:|-)\s*(?:[\w.]+\.)?%s\s*$" % re.escape(role), re.M)
     found = []
-    for path in sorted([*root.glob("*.yml"), *root.glob("playbooks/**/*.yml")]):
+    others = [p for p in root.glob("roles/*/tasks/*.yml") if p.parts[-3] != role]
+    for path in sorted([*root.glob("*.yml"), *root.glob("playbooks/**/*.yml"), *others]):
         if pattern.search(path.read_text(encoding="utf-8")):
             found.append(str(path.relative_to(root)))
     return found
@@ -96,7 +97,7 @@ def readmes(root: Path | None = None, fqcn: str = "") -> dict[Path, str]:
     out = {}
     for spec_file in sorted(root.glob("roles/*/meta/argument_specs.yml")):
         role = spec_file.parents[1].name
-        callers = [c for c in used_by(role, root) if not fqcn or c.startswith("playbooks/")]
+        callers = [c for c in used_by(role, root) if not fqcn or c.startswith(("playbooks/", "roles/"))]
         out[spec_file.parents[1].relative_to(root) / "README.md"] = render(
             role, yaml.safe_load(spec_file.read_text(encoding="utf-8")), callers, fqcn)
     return out

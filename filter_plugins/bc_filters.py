@@ -28,6 +28,8 @@ def _register_module_utils() -> None:
 _register_module_utils()
 # <<< project layout only
 
+from ansible.module_utils.bc_bringback import failure as _bring_back_failure
+from ansible.module_utils.bc_bringback import plan as _bring_back_plan
 from ansible.module_utils.bc_contract import (
     CONTROL,
     ENV_NAME,
@@ -229,6 +231,24 @@ def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
 
 
+def bring_back(state: dict[str, Any]) -> dict[str, Any]:
+    """What the cycle's bring-back does (bc_bringback.plan): start, resume or restart the service, record that
+    nothing stays released, whether the router is owed the host and takes it back, whether the GPU check after the
+    sweep runs and found the GPU sick, and the words of that finding. `state`: what the drain did (stopped,
+    released, release_state, lb_out), the dead cycle's lock record (inherited, inherited_release_done), the unit as a
+    recovery found it (unit_state), the GPU reports (gpu_pre, gpu_swept, gpu_post_healthy, gpu_problems), policy and
+    strategy."""
+    return _bring_back_plan(state)
+
+
+def bring_back_failure(plan: dict[str, Any], unit: str, rolled_back: bool, restarted: bool, earlier: str | None,
+                       start_failure: str) -> str:
+    """The words of a bring-back that failed (bc_bringback.failure): what became of `unit` (rolled back, restarted
+    after its resume, restarted, started as it was, or never touched), whether the host stays out of the router, and
+    the cycle's earlier failure before the start's."""
+    return _bring_back_failure(plan, unit, bool(rolled_back), bool(restarted), earlier or None, start_failure)
+
+
 def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
     """What a dead cycle left on `host`, in one sentence: the lock (holder, age, the heartbeat's promise, its record),
     the unit's state and whether its dead-man switch is armed (`found`: lock, unit, switch)."""
@@ -263,5 +283,6 @@ class FilterModule:
             "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
-            "bc_recovery_findings": recovery_findings,
+            "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
+            "bc_bring_back_failure": bring_back_failure,
         }

@@ -286,12 +286,11 @@ from ansible.module_utils.bc_health import (
     front_end,
     in_flight,
     journal_stage,
-    parse_unit_show,
     queued_job,
     request,
     startup_phases,
 )
-from ansible.module_utils.bc_host import CommandError, check_timeout, redact
+from ansible.module_utils.bc_host import CommandError, check_timeout, redact, unit_show
 from ansible.module_utils.bc_host import run as host_run
 
 DEFAULT_PROMPT = "2+2="
@@ -308,12 +307,9 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], l
     """(unit_state, journal facts) of the unit, read with argument lists (no shell). The journal
     is read only while the server is not ready: a ready probe needs no stage and costs less."""
     try:
-        rc, out, err = host_run(["systemctl", "show", "--property=Id," + ",".join(UNIT_PROPERTIES), "--", unit], 15)
+        state = unit_show(unit, ("Id", *UNIT_PROPERTIES), 15, numbers=True)
     except CommandError as exc:
         module.fail_json(msg=str(exc))
-    if rc != 0:
-        module.fail_json(msg="systemctl show %s failed (rc=%d): %s" % (unit, rc, err.strip()), failed=True)
-    state = parse_unit_show(out)
     if state.get("ActiveState") in ("deactivating", "inactive"):  # a restart's first half, or a start queued: the job says
         try:
             service = unit if unit.endswith(".service") else unit + ".service"  # list-jobs matches full names

@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any
 
-from ansible.module_utils.bc_engines import ENGINES, setting_problems
+from ansible.module_utils.bc_engines import ENGINES, setting_problems, version_key
 from ansible.module_utils.bc_gpuhealth import rules_problems
 from ansible.module_utils.bc_host import REDACTED
 from ansible.module_utils.bc_sweepstats import BACKENDS, ROUTING_KINDS, ShapeError, backend_list
@@ -111,7 +111,9 @@ def _scrub(text: str, secrets: list[str]) -> str:
 
 
 def version_problem(version: Any, field: str = "bc_engine_version") -> str:
-    if not re.search(r"\d", str(version)):
+    try:
+        version_key(version)
+    except ValueError:
         return "%s=%r has no number in it: give the engine's release, e.g. 0.5.16" % (field, str(version)[:40])
     return ""
 

@@ -278,7 +278,9 @@ VERSIONS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
 }
 
 
-def _version(text: str) -> tuple[int, ...]:
+def version_key(text: Any) -> tuple[int, ...]:
+    """An engine release as comparable numbers (its first four), the one version parser of the project; one
+    with no number in it is a ValueError."""
     parts = [int(x) for x in re.findall(r"\d+", str(text))[:4]]
     if not parts:
         raise ValueError("engine version %r has no number in it; give e.g. 0.5.16" % text)
@@ -288,9 +290,9 @@ def _version(text: str) -> tuple[int, ...]:
 def flag_for_version(history: list[list[Any]], version: str) -> str | None:
     """The flag in force at `version` from [[since_version, flag_or_null], ...] (oldest first)."""
     current: str | None = None
-    want = _version(version)
+    want = version_key(version)
     for since, flag in history:
-        if _version(since) <= want:
+        if version_key(since) <= want:
             current = flag
     return current
 
@@ -316,10 +318,10 @@ def resolve(engine: str, version: str | None = None) -> tuple[dict[str, Any], st
     known = VERSIONS.get(engine, [])
     if not version or not known:
         return base, ""
-    want = _version(version)
+    want = version_key(version)
     merged, used = dict(base), known[0][0]
     for since, changes, _source in known:
-        if _version(since) <= want:
+        if version_key(since) <= want:
             merged.update(changes)
             used = since
     names = [v for v, _c, _s in known]

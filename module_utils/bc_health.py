@@ -18,7 +18,6 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.bc_engines import profile
-from ansible.module_utils.bc_host import parse_show
 from ansible.module_utils.urls import open_url
 
 UNIT_PROPERTIES = (
@@ -80,11 +79,6 @@ def _request(method: str, url: str, timeout: float, payload: dict[str, Any] | No
             kind = "timeout"
         return HttpResult(None, "", error="%s: %s" % (url, reason), error_kind=kind,
                           latency_ms=(time.monotonic() - start) * 1000)
-
-
-def parse_unit_show(text: str) -> dict[str, Any]:
-    """`systemctl show -p ...` output (KEY=VALUE lines) -> dict with integers where numeric."""
-    return parse_show(text, numbers=True)
 
 
 # the jobs after which a deactivating unit runs again: its stop is the first half of a restart

@@ -1,7 +1,7 @@
 # Copyright: benchmark-cycle contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Host probes every module shares, in one place: commands with a deadline (`run`), the GPUs
-(`gpus`, `parse_gpu_memory`), the process table (`processes`), `systemctl show` (`parse_show`),
+(`gpu_query`, `parse_gpus`, `gpus`), the process table (`processes`), `systemctl show` (`unit_show`, `parse_show`),
 the kernel's counters (`vmstat`, `meminfo_mib`), atomic writes (`write_atomic`), and secrets kept
 out of text (`redact`). Standard library only: the sweep's worker (staged on the host for the
 SGLang venv, which has no ansible) imports it too.
@@ -22,7 +22,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -77,30 +77,48 @@ def run(argv: list[str], timeout: float, stdin: str | None = None, env: dict[str
     return proc.returncode, proc.stdout, proc.stderr
 
 
-GPU_QUERY = ("index", "name", "memory.free", "memory.total", "memory.used")
+GPU_QUERY = ("index", "name", "memory.free", "memory.total", "memory.used", "driver_version")
 
 
-def gpus(nvidia_smi: str, timeout: float) -> list[dict[str, Any]]:
-    """Each GPU's index, name and free/total/used MiB from one `nvidia-smi --query-gpu` call ([] when
-    it fails: a host without a driver); a hung nvidia-smi is a CommandError at `timeout`."""
-    rc, out, _err = run([nvidia_smi, "--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits"], timeout)
+def gpu_query(nvidia_smi: str) -> list[str]:
+    """The one `nvidia-smi --query-gpu` call every GPU reading of this project makes (GPU_QUERY's fields)."""
+    return [nvidia_smi, "--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits"]
+
+
+def parse_gpus(csv: str) -> list[dict[str, Any]]:
+    """gpu_query's output -> each GPU's index, name, free/total/used MiB and driver. A number nvidia-smi does not give
+    ([N/A]: a MIG parent, a GPU in a bad state) is None: the GPU is listed with no reading, never dropped."""
     found = []
-    for line in out.splitlines() if rc == 0 else []:
+    for line in csv.splitlines():
         parts = [x.strip() for x in line.split(",")]
-        if len(parts) == len(GPU_QUERY) and parts[0].isdigit() and all(p.isdigit() for p in parts[2:]):
-            found.append({"index": int(parts[0]), "name": parts[1], "free_mib": int(parts[2]),
-                          "total_mib": int(parts[3]), "used_mib": int(parts[4])})
+        if len(parts) == len(GPU_QUERY) and parts[0].isdigit():
+            free, total, used = (int(p) if p.isdigit() else None for p in parts[2:5])
+            found.append({"index": int(parts[0]), "name": parts[1], "free_mib": free, "total_mib": total, "used_mib": used,
+                          "driver": parts[5]})
     return found
 
 
-def parse_gpu_memory(csv: str) -> dict[int, int]:
-    """nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -> {index: MiB}."""
-    used = {}
-    for line in csv.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            used[int(parts[0])] = int(parts[1])
-    return used
+def gpus(nvidia_smi: str, timeout: float) -> list[dict[str, Any]]:
+    """Each GPU with all its readings (parse_gpus) from one gpu_query call ([] when it fails: a host without a
+    driver); a hung nvidia-smi is a CommandError at `timeout`. A GPU without a reading is left out here: sizing
+    a sweep needs its numbers."""
+    rc, out, _err = run(gpu_query(nvidia_smi), timeout)
+    return [g for g in parse_gpus(out if rc == 0 else "") if None not in g.values()]
+
+
+class CommandFailed(CommandError):
+    """A command that ran and exited non-zero (its words in the message)."""
+
+
+def unit_show(unit: str, props: list[str] | tuple[str, ...], timeout: float,
+              runner: Callable[..., tuple[int, str, str]] = run, numbers: bool = False) -> dict[str, Any]:
+    """The one `systemctl show` of the project: `props` of `unit` (parse_show; `numbers`: digit-only values as ints),
+    the unit's name after "--" (never read as an option). An exit other than 0 is CommandFailed; a hung systemctl a
+    CommandError at `timeout`. `runner` is `run` or a caller's own (a module's, a test's)."""
+    rc, out, err = runner(["systemctl", "--property=" + ",".join(props), "--", "show", unit], timeout=timeout)
+    if rc != 0:
+        raise CommandFailed("systemctl show %s failed (exit %d): %s" % (unit, rc, (err or out).strip()))
+    return parse_show(out, numbers)
 
 
 def parse_show(text: str, numbers: bool = False) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible.module_utils.bc_host import write_atomic
+from ansible.module_utils.bc_host import CommandError, gpus, write_atomic
 from ansible.module_utils.bc_sweepstats import (
     GIB,
     backend_list,
@@ -486,13 +486,9 @@ def environment(torch: Any, device: Any) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         env.update(gpu=props.name, sm_count=props.multi_processor_count, gpu_memory_gib=round(props.total_memory / GIB, 1),
                    cuda=torch.version.cuda)
-        try:
-            import subprocess  # noqa: PLC0415
-
-            env["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", str(device.index or 0)],
-                capture_output=True, text=True, timeout=20, check=False).stdout.strip()
-        except (OSError, ValueError, subprocess.TimeoutExpired):  # a hung nvidia-smi costs 20 s, never the sweep
+        try:  # the one GPU query of the project (bc_host.gpus); a hung nvidia-smi costs 20 s, never the sweep
+            env["driver"] = next((g["driver"] for g in gpus("nvidia-smi", 20) if g["index"] == (device.index or 0)), "")
+        except CommandError:
             env["driver"] = ""
     else:
         env["gpu"] = None

@@ -36,10 +36,12 @@ from typing import Any
 
 # the host probes live in bc_host
 from ansible.module_utils.bc_host import (
-    parse_gpu_memory,
-    parse_show,
+    CommandFailed,
+    gpu_query,
+    parse_gpus,
     processes,
     read_text,
+    unit_show,
 )
 
 # (rc, stdout, stderr) of an argv list, killed after `timeout` seconds
@@ -134,9 +136,29 @@ def leftovers(members: list[dict[str, Any]], now: list[dict[str, Any]], spec: di
     return [p for p in now if (p["pid"], p["start"]) in known and engine_process(p["argv"], spec)]
 
 
-def busy_gpus(used: dict[int, int], free_mib: int, indices: list[int] | None = None) -> dict[int, int]:
-    """The GPUs (of `indices`, or all) still holding more than free_mib MiB."""
-    return {i: mib for i, mib in used.items() if (not indices or i in indices) and mib > free_mib}
+def busy_gpus(used: dict[int, int | None], free_mib: int, indices: list[int] | None = None) -> dict[int, int | None]:
+    """The GPUs (of `indices`, or all) not known to hold at most free_mib MiB: those above it, and those with no
+    reading (None, or an index nvidia-smi did not list): a GPU that says nothing is never free."""
+    busy = {i: mib for i, mib in used.items() if (not indices or i in indices) and (mib is None or mib > free_mib)}
+    busy.update({i: None for i in indices or [] if i not in used})
+    return busy
+
+
+def kill_all(pids: list[int], remaining: Callable[[], list[Any]], clock: Callable[[], float],
+             sleep: Callable[[float], None], within_s: float = 10.0) -> list[int]:
+    """SIGKILL each of `pids`, then wait until `remaining()` finds none of them, within `within_s` of wall clock (the
+    caller reads what is left and says so). The pids signalled; one gone meanwhile exited by itself."""
+    signalled = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            signalled.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = clock() + within_s
+    while remaining() and clock() < deadline:
+        sleep(0.1)
+    return signalled
 
 
 class Unit:
@@ -176,10 +198,10 @@ class Unit:
         return rc, out
 
     def show(self, *props: str, unit: str | None = None) -> dict[str, str]:
-        args = ["show", unit or self.name + ".service"]
-        for p in props:
-            args.append("--property=" + p)
-        return parse_show(self.systemctl(*args)[1])
+        try:
+            return unit_show(unit or self.name + ".service", props, self.timeout, self.run)
+        except CommandFailed as err:
+            raise UnitError(str(err)) from None
 
     def found(self) -> dict[str, Any]:
         """The unit and its dead-man switch's timer as they are, read and changed nothing (a recovery's findings)."""
@@ -266,15 +288,9 @@ class Unit:
         remaining: list[dict[str, Any]] = []
         if found:
             if kill_leftovers:
-                for proc in found:
-                    try:
-                        os.kill(proc["pid"], signal.SIGKILL)
-                        killed.append(proc)
-                    except ProcessLookupError:
-                        pass  # it exited by itself meanwhile
-                deadline = clock() + 10
-                while leftovers(members, processes(proc_root), spec) and clock() < deadline:
-                    sleep(0.2)
+                signalled = kill_all([p["pid"] for p in found], lambda: leftovers(members, processes(proc_root), spec),
+                                     clock, sleep)
+                killed = [p for p in found if p["pid"] in signalled]
             remaining = leftovers(members, processes(proc_root), spec)
         if remaining:
             raise UnitError("%s stopped but these of its server processes remain: %s. %s"
@@ -310,26 +326,29 @@ class Unit:
                             "drain): see systemctl status" % (self.name, now.get("ActiveState")))
         return now, True
 
-    def wait_gpu_free(self, gpu: dict[str, Any], clock: Callable[[], float], sleep: Callable[[float], None]) -> dict[int, int]:
+    def wait_gpu_free(self, gpu: dict[str, Any], clock: Callable[[], float],
+                      sleep: Callable[[float], None]) -> dict[int, int | None]:
         """Poll nvidia-smi until every GPU (of gpu['indices']) holds at most gpu['free_mib'] MiB, within
         gpu['wait_s'] seconds of wall clock: each nvidia-smi call is cut at what is left of it."""
         deadline = clock() + gpu["wait_s"]
         while True:
             left = max(1.0, deadline - clock())
-            rc, out, err = self.run([gpu["nvidia_smi"], "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                    timeout=min(left, gpu.get("call_timeout_s", 15)))
+            rc, out, err = self.run(gpu_query(gpu["nvidia_smi"]), timeout=min(left, gpu.get("call_timeout_s", 15)))
             if rc != 0:
                 raise UnitError("nvidia-smi failed (exit %d) while checking that %s freed the GPUs: %s"
                                 % (rc, self.name, (err or out).strip()))
-            used = parse_gpu_memory(out)
+            used = {g["index"]: g["used_mib"] for g in parse_gpus(out)}
+            if not used:
+                raise UnitError("nvidia-smi listed no GPU while checking that %s freed the GPUs (its output: %r): a GPU "
+                                "that cannot be read is not free" % (self.name, out.strip()[:200]))
             busy = busy_gpus(used, gpu["free_mib"], gpu.get("indices"))
             if not busy:
                 return used
             if clock() >= deadline:
+                held = ", ".join("GPU %d %s" % (i, "no reading" if mib is None else "%d MiB" % mib) for i, mib in sorted(busy.items()))
                 raise UnitError("%s.service stopped but GPU memory is still in use after %d s: %s (free means <= %d MiB). "
                                 "Another process holds the GPU: see nvidia-smi on the host."
-                                % (self.name, gpu["wait_s"], ", ".join("GPU %d %d MiB" % kv for kv in sorted(busy.items())),
-                                   gpu["free_mib"]))
+                                % (self.name, gpu["wait_s"], held, gpu["free_mib"]))
             sleep(min(2.0, max(0.1, deadline - clock())))
 
     # -- the dead-man switch ---------------------------------------------------------------------
@@ -452,14 +471,7 @@ class Unit:
             return [pid for pid, tag in sweep_tags(processes(proc_root)) if tag == sweep_tag]
 
         found = alive()
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        deadline = clock() + 10
-        while alive() and clock() < deadline:
-            sleep(0.1)
+        kill_all(found, alive, clock, sleep)
         if alive():
             raise UnitError("the sweep %s of this cycle survived SIGKILL for 10 s; %s was not started beside it"
                             % (sweep_tag, self.name))

@@ -10,7 +10,8 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.bc_unit import Unit, UnitError, parse_gpu_memory
+from ansible.module_utils.bc_host import gpu_query, parse_gpus
+from ansible.module_utils.bc_unit import Unit, UnitError
 
 pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs nvidia-smi and a GPU")
 
@@ -24,7 +25,7 @@ def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
 
 
 def used_now() -> dict[int, int]:
-    return parse_gpu_memory(run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"])[1])
+    return {g["index"]: g["used_mib"] for g in parse_gpus(run(gpu_query("nvidia-smi"))[1])}
 
 
 def hold(gib: int, seconds: float) -> subprocess.Popen[str]:

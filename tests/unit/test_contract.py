@@ -45,7 +45,7 @@ def test_every_name_used_anywhere_is_in_the_contract_and_every_one_there_is_used
         used |= found
     # read by the wiring, the plays and their tasks, or by the preflight's verdict (module_utils/bc_contract.py)
     wiring = (ROOT / "playbooks/vars/cycle.yml").read_text() + (ROOT / "module_utils/bc_contract.py").read_text() + "".join(
-        p.read_text() for p in [*(ROOT / "playbooks").glob("*.yml"), *(ROOT / "playbooks/tasks").glob("*.yml")])
+        p.read_text() for p in [*(ROOT / "playbooks").glob("*.yml"), *(ROOT / "roles/cycle/tasks").glob("*.yml")])
     dead = {n for n in CONTRACT if "cycle_bc." + n not in wiring and n not in wiring}
     assert not dead, "defined in the contract but read nowhere: %s" % sorted(dead)
 
@@ -119,5 +119,5 @@ def test_a_renamed_setting_is_refused_with_what_to_write_instead():
     for old, hint in renamed.items():
         assert old not in CONTRACT, old
         assert any(name in hint for name in CONTRACT), (old, hint)  # the hint names the setting to use
-    preflight = (ROOT / "playbooks/tasks/preflight.yml").read_text()
+    preflight = (ROOT / "roles/cycle/tasks/preflight.yml").read_text()
     assert "bc_contract_renamed[v]" in preflight

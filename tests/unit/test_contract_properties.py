@@ -1,7 +1,7 @@
 """Property-based tests generated from the inventory contract (playbooks/vars/contract.yml): for every
 setting there, values that are absent, empty, zero, negative, of the wrong type, huge, non-finite,
 unicode, YAML-special, and mappings with misspelt keys. The property: the preflight's verdict
-(module_utils/bc_contract.problems, what playbooks/tasks/preflight.yml asserts before anything is
+(module_utils/bc_contract.problems, what roles/cycle/tasks/preflight.yml asserts before anything is
 touched) never raises, and either refuses the value with a message that names the setting, or accepts
 it with the meaning the contract documents (in its range, among its choices, non-empty where empty is
 refused). The contract is the generator: a setting added there is covered the day it is added."""

@@ -14,10 +14,10 @@ from ansible.module_utils.bc_health import (
     in_flight,
     journal_stage,
     parse_prometheus,
-    parse_unit_show,
     queued_job,
     startup_phases,
 )
+from ansible.module_utils.bc_host import parse_show
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIVE = {"Id": "sglang-k26-ddtree.service", "ActiveState": "active", "SubState": "running", "NRestarts": 0,
@@ -225,7 +225,7 @@ def test_vllm_503_is_a_dead_engine_not_a_warmup():
 
 
 def test_unit_show_parsing_and_unknown_engine():
-    state = parse_unit_show("ActiveState=active\nNRestarts=3\nInvocationID=abc\nnoise")
+    state = parse_show("ActiveState=active\nNRestarts=3\nInvocationID=abc\nnoise", numbers=True)
     assert state == {"ActiveState": "active", "NRestarts": 3, "InvocationID": "abc"}
     with pytest.raises(ValueError, match="engine 'tgi' is not known; use one of: llamacpp, sglang, vllm"):
         classify("tgi", "status", REFUSED)

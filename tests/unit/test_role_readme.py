@@ -65,8 +65,10 @@ def test_a_spec_changed_without_its_readme_fails_the_check(tmp_path, monkeypatch
     assert role_readme.main(["--check"]) == 1
 
 
-@pytest.mark.parametrize("role", ["cycle_lock", "service_drain"])
-def test_a_role_is_listed_with_the_playbooks_that_call_it(role):
+@pytest.mark.parametrize(("role", "caller"), [("cycle", "playbooks/benchmark_cycle.yml"),
+                                              ("cycle_lock", "roles/cycle/tasks/main.yml"),
+                                              ("service_drain", "roles/cycle/tasks/bring_back.yml")])
+def test_a_role_is_listed_with_the_playbooks_and_roles_that_call_it(role, caller):
     callers = role_readme.used_by(role, ROOT)
-    assert "playbooks/benchmark_cycle.yml" in callers
+    assert caller in callers and not any(c.startswith("roles/%s/" % role) for c in callers)
     assert all((ROOT / c).read_text().count(role) for c in callers)

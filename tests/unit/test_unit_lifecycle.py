@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bc_host import owning_service
+from ansible.module_utils.bc_host import gpu_query, owning_service, parse_gpus, parse_show
 from ansible.module_utils.bc_unit import (
     SWEEP_MODULE,
     SWEEP_PACKAGES,
@@ -23,8 +23,6 @@ from ansible.module_utils.bc_unit import (
     check_name,
     engine_process,
     leftovers,
-    parse_gpu_memory,
-    parse_show,
     processes,
     sweep_tags,
     unit_members,
@@ -121,11 +119,15 @@ def test_verify_problems_are_only_this_units():
 def test_show_and_nvidia_smi_output_parse():
     assert parse_show("ActiveState=active\nNRestarts=2\nExecMainStatus=\n") == {"ActiveState": "active", "NRestarts": "2",
                                                                                "ExecMainStatus": ""}
-    # nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits
-    used = parse_gpu_memory("0, 81234\n1, 3\n2, [N/A]\n")
-    assert used == {0: 81234, 1: 3}
-    assert busy_gpus(used, 2048) == {0: 81234}
+    # bc_host.gpu_query's output: a number nvidia-smi does not give ([N/A]) keeps the GPU listed, with no reading
+    rows = parse_gpus("0, NVIDIA H200, 300, 143771, 81234, 580.159.04\n1, NVIDIA H200, 143000, 143771, 3, 580.159.04\n"
+                      "2, NVIDIA H200, [N/A], [N/A], [N/A], 580.159.04\n")
+    assert [(g["index"], g["used_mib"], g["driver"]) for g in rows] == [(0, 81234, "580.159.04"), (1, 3, "580.159.04"),
+                                                                        (2, None, "580.159.04")]
+    used = {g["index"]: g["used_mib"] for g in rows}
+    assert busy_gpus(used, 2048) == {0: 81234, 2: None}  # no reading is never free
     assert busy_gpus(used, 2048, [1]) == {}
+    assert busy_gpus(used, 2048, [1, 3]) == {3: None}  # a GPU nvidia-smi does not list is never free
 
 
 def test_owning_service_reads_v1_and_v2_cgroups():
@@ -420,16 +422,20 @@ def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
 
 
 class NvidiaSmiDouble:
-    """nvidia-smi --query-gpu=index,memory.used: the memory of GPU 0 is released after `frees_after` polls."""
+    """nvidia-smi's answer to bc_host.gpu_query: the memory of GPU 0 is released after `frees_after` polls; `rows` replaces
+    the whole answer (a GPU with no reading, no GPU at all)."""
 
-    def __init__(self, frees_after: int | None) -> None:
-        self.polls, self.frees_after = 0, frees_after
+    def __init__(self, frees_after: int | None, rows: str | None = None) -> None:
+        self.polls, self.frees_after, self.rows = 0, frees_after, rows
 
     def __call__(self, argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
-        assert argv[1:] == ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+        assert argv == gpu_query("nvidia-smi")
         self.polls += 1
+        if self.rows is not None:
+            return 0, self.rows, ""
         held = self.frees_after is None or self.polls <= self.frees_after
-        return 0, "0, %d\n1, 5\n" % (76000 if held else 300), ""
+        return 0, "0, H200, %d, 81559, %d, 580.159.04\n1, H200, 81554, 81559, 5, 580.159.04\n" % (
+            81559 - (76000 if held else 300), 76000 if held else 300), ""
 
 
 class Clock:
@@ -456,6 +462,26 @@ def test_gpu_wait_fails_naming_the_gpu_and_its_memory_after_the_deadline():
     with pytest.raises(UnitError, match=r"GPU memory is still in use after 10 s: GPU 0 76000 MiB \(free means <= 2048 MiB\)"):
         u.wait_gpu_free({"nvidia_smi": "nvidia-smi", "free_mib": 2048, "wait_s": 10}, clock, clock.sleep)
     assert clock.t == 10.0
+
+
+@pytest.mark.parametrize(("rows", "indices", "says"), [
+    ("0, H200, [N/A], [N/A], [N/A], 580.159.04\n", None, r"GPU 0 no reading"),
+    ("0, H200, 81000, 81559, 5, 580.159.04\n", [0, 1], r"GPU 1 no reading"),  # the GPU to free is not listed
+])
+def test_a_gpu_with_no_reading_is_never_free(rows, indices, says):
+    smi, clock = NvidiaSmiDouble(frees_after=0, rows=rows), Clock()
+    u = Unit("bc-test", smi, write, systemd_dir="/nonexistent", state_dir="/nonexistent")
+    gpu = {"nvidia_smi": "nvidia-smi", "free_mib": 2048, "wait_s": 6, "indices": indices}
+    with pytest.raises(UnitError, match=r"still in use after 6 s: " + says):
+        u.wait_gpu_free(gpu, clock, clock.sleep)
+
+
+@pytest.mark.parametrize("rows", ["", "No devices were found\n"])
+def test_an_answer_that_lists_no_gpu_is_not_a_free_gpu(rows):
+    u = Unit("bc-test", NvidiaSmiDouble(frees_after=0, rows=rows), write, systemd_dir="/nonexistent",
+             state_dir="/nonexistent")
+    with pytest.raises(UnitError, match=r"nvidia-smi listed no GPU .* a GPU that cannot be read is not free"):
+        u.wait_gpu_free({"nvidia_smi": "nvidia-smi", "free_mib": 2048, "wait_s": 6}, Clock(), Clock().sleep)
 
 
 # -- the heartbeat switch: the controller's promise of its next contact, read by the switch's real shell --------
@@ -550,3 +576,13 @@ def test_a_read_of_the_unit_never_writes_the_controllers_heartbeat(tmp_path):
     # the same call as a contact (a stop) does beat first: the property above is the read's, not the setup's
     adhoc("inference_unit", {"name": "bc-test", "state": "stopped", "heartbeat": given, "gpu_check": False}, check=False)
     assert beat.exists()
+
+
+def test_a_systemctl_show_that_fails_is_an_error_naming_the_unit_not_an_empty_state():
+    def refusing(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        assert argv[:2] == ["systemctl", "--property=ActiveState,InvocationID"] and argv[-3:] == ["--", "show", "bc-test.service"]
+        return 1, "", "Failed to connect to bus: No such file or directory"
+
+    u = Unit("bc-test", refusing, write, systemd_dir="/nonexistent", state_dir="/nonexistent")
+    with pytest.raises(UnitError, match=r"systemctl show bc-test.service failed \(exit 1\): Failed to connect to bus"):
+        u.show("ActiveState", "InvocationID")

@@ -1,0 +1,109 @@
+# Copyright: benchmark-cycle contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How a cycle brings its service back (playbooks/tasks/bring_back.yml, the cycle's `always`, and
+playbooks/recover.yml): one pure function of what this cycle did and what a dead cycle's lock record says
+it left undone, so each decision is written once and tested as a table.
+
+- a service this cycle stopped, a dead cycle recorded as stopped, or (a recovery) a unit found down is
+  started;
+- one this cycle released in place is resumed (once);
+- one whose memory state is not known is restarted: a release that did not answer, or a dead cycle's
+  release that this cycle did not finish;
+- a service this cycle never stopped, released or restarted is never started or restarted here.
+
+The router is owed the host when this cycle's drain took it out, or (when the drain never ran) when the
+dead cycle's record says so; it takes the host back unless a GPU went bad during the sweep and the policy
+keeps such a host out (`unrouted`). A post-sweep check that should have run and left no reading is a sick
+GPU: absent is never healthy. No imports: the filter plugin uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ACTIVE = ("active", "activating", "reloading")
+POLICIES = ("serve", "unrouted")
+INPUTS = ("stopped", "released", "release_state", "lb_out", "inherited", "inherited_release_done",
+          "unit_state", "gpu_pre", "gpu_swept", "gpu_post_healthy", "gpu_problems", "policy", "strategy")
+RECORD = ("stopped", "released", "lb_removed")
+
+
+def _flag(state: dict[str, Any], name: str) -> bool:
+    value = state.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError("bring back: %s=%r is not true or false" % (name, value))
+    return value
+
+
+def plan(state: dict[str, Any]) -> dict[str, Any]:
+    """What the bring-back does, from `state`: stopped and released (this cycle's drain did so),
+    release_state ("unknown" when the release did not answer), lb_out (this cycle's drain took the host
+    out of the router; None when the drain never said), inherited (a dead cycle's lock record: stopped,
+    released, lb_removed), inherited_release_done (this cycle finished that release), unit_state (a
+    recovery: the unit's ActiveState as found; None in a cycle), gpu_pre (a pre-sweep health report exists),
+    gpu_swept (the sweep ran), gpu_post_healthy (the post-sweep report's verdict; None when it left none),
+    gpu_problems, policy (bc_gpu_health_policy) and strategy. An unknown input or policy is a ValueError
+    (a misspelt fact must not read as "nothing to do")."""
+    unknown = sorted(set(state) - set(INPUTS))
+    if unknown:
+        raise ValueError("bring back: unknown input(s) %s; known: %s" % (", ".join(unknown), ", ".join(INPUTS)))
+    policy = state.get("policy")
+    if policy not in POLICIES:
+        raise ValueError("bc_gpu_health_policy=%r: use one of %s" % (policy, "|".join(POLICIES)))
+    inherited = state.get("inherited") or {}
+    unknown = sorted(set(inherited) - set(RECORD) - {"released_invocation"})
+    if unknown:
+        raise ValueError("bring back: the lock's record has unknown key(s) %s" % ", ".join(unknown))
+    unit_state = state.get("unit_state")
+    found_down = unit_state is not None and unit_state not in ACTIVE and not _flag(inherited, "released")
+    stopped = _flag(state, "stopped") or _flag(inherited, "stopped") or found_down
+    released = _flag(state, "released") and not stopped
+    restart = not stopped and not released and (
+        state.get("release_state") == "unknown"
+        or (_flag(inherited, "released") and not _flag(state, "inherited_release_done")))
+    lb_out = state.get("lb_out")
+    router_owed = _flag(inherited, "lb_removed") if lb_out is None else _flag(state, "lb_out")
+    gpu_check = _flag(state, "gpu_pre") and _flag(state, "gpu_swept")
+    healthy = state.get("gpu_post_healthy")
+    gpu_sick = (healthy is False) if healthy is not None else gpu_check
+    route_back = router_owed and not (gpu_sick and policy == "unrouted")
+    return {"start": stopped, "found_down": found_down, "resume": released, "restart": restart,
+            "record_unreleased": released or restart, "rollback_allowed": stopped or released or restart,
+            "router_owed": router_owed, "route_back": route_back, "gpu_check": gpu_check, "gpu_sick": gpu_sick,
+            "gpu_failure": _gpu_failure(state, router_owed, policy) if gpu_sick else ""}
+
+
+def _gpu_failure(state: dict[str, Any], router_owed: bool, policy: str) -> str:
+    problems = "; ".join(str(p) for p in state.get("gpu_problems") or []) or "the check after the sweep left no reading"
+    if not router_owed and state.get("strategy") == "beside":
+        then = "the sweep ran beside the service, which was never out of the router: take the host out by hand"
+    elif policy == "unrouted":
+        then = "the service serves, and the host stays OUT of the router"
+    else:
+        then = "the service serves, back in the router"
+    return "GPU health after the sweep: %s (bc_gpu_health_policy=%s: %s)" % (problems, policy, then)
+
+
+def failure(bring: dict[str, Any], unit: str, rolled_back: bool, restarted: bool, earlier: str | None,
+            start_failure: str) -> str:
+    """The words of a bring-back that failed (`bring`: plan()'s answer): what became of the service, whether the
+    host stays out of the router, and the cycle's first failure before the start's."""
+    if rolled_back:
+        said = "the new unit of %s did not come up; rolled back to the previous unit, which is serving again." % unit
+    elif restarted:
+        said = "%s did not serve after its memory came back; it was restarted and serves again." % unit
+    elif bring["resume"] or bring["restart"]:
+        said = "%s was restarted (its memory state was not known) and is NOT serving." % unit
+    elif bring["start"]:
+        said = ("%s did not come up, and this cycle replaced nothing to roll back to: it was started as it was and "
+                "is NOT serving." % unit)
+    else:
+        said = "%s is not serving, and this cycle never stopped it: it was not restarted." % unit
+    if bring["router_owed"] and not (rolled_back or restarted):
+        said += " The host stays OUT of the router until it serves (a re-run puts it back)."
+    if earlier:
+        return "%s The cycle had failed first, at %s; then bringing the service back failed: %s" % (
+            said, earlier, start_failure)
+    return "%s Original failure: %s" % (said, start_failure)

@@ -1,0 +1,112 @@
+"""The bring-back's decisions (bc_bringback.plan through the bc_bring_back filter): a table of what the cycle did, what
+a dead cycle's record says and what the GPU check found, against what is started, resumed, restarted and routed; and
+its refusals of input it does not know (a misspelt fact must never read as "nothing to do")."""
+
+from __future__ import annotations
+
+import pytest
+from bc_filters import bring_back, bring_back_failure
+
+BASE = {"policy": "unrouted"}
+DEAD_STOPPED = {"stopped": True, "lb_removed": True}
+DEAD_RELEASED = {"released": True, "released_invocation": "abc", "lb_removed": True}
+
+
+def decide(**state: object) -> dict:
+    return bring_back(dict(BASE, **state))
+
+
+# what happened                                  state                                       start  resume restart router
+TABLE = [
+    ("beside: nothing stopped, nothing owed", {}, False, False, False, False),
+    ("stopped, out of the router", {"stopped": True, "lb_out": True}, True, False, False, True),
+    ("stopped, no router", {"stopped": True}, True, False, False, False),
+    ("released in place", {"released": True, "lb_out": True}, False, True, False, True),
+    ("released, then stopped (fallback)", {"released": True, "stopped": True, "lb_out": True}, True, False, False, True),
+    ("a release that did not answer", {"release_state": "unknown", "lb_out": True}, False, False, True, True),
+    ("a release that answered", {"release_state": "released", "lb_out": True}, False, False, False, True),
+    ("a dead cycle stopped it; this one never drained", {"inherited": DEAD_STOPPED}, True, False, False, True),
+    ("a dead cycle released it, not finished", {"inherited": DEAD_RELEASED}, False, False, True, True),
+    ("a dead cycle released it, finished here", {"inherited": DEAD_RELEASED, "inherited_release_done": True},
+     False, False, False, True),
+    ("a dead cycle took it out; this drain put it back", {"inherited": DEAD_STOPPED, "lb_out": False}, True, False, False,
+     False),
+    ("recovery: the unit found down, nothing recorded", {"unit_state": "failed"}, True, False, False, False),
+    ("recovery: the unit found serving", {"unit_state": "active"}, False, False, False, False),
+    ("recovery: found down but recorded released", {"unit_state": "inactive", "inherited": DEAD_RELEASED},
+     False, False, True, True),
+]
+
+
+@pytest.mark.parametrize(("state", "start", "resume", "restart", "router"), [row[1:] for row in TABLE],
+                         ids=[row[0] for row in TABLE])
+def test_what_the_bring_back_starts_resumes_restarts_and_routes(state, start, resume, restart, router):
+    got = decide(**state)
+    assert (got["start"], got["resume"], got["restart"], got["router_owed"]) == (start, resume, restart, router)
+    assert got["record_unreleased"] is (resume or restart)
+    assert got["rollback_allowed"] is (start or resume or restart)
+    # nothing this cycle did not stop, release or restart is ever touched
+    if not (start or resume or restart):
+        assert not got["rollback_allowed"]
+
+
+@pytest.mark.parametrize(("gpu", "sick"), [
+    ({}, False),  # no check before the sweep: none after
+    ({"gpu_pre": True}, False),  # checked, but the sweep never ran: nothing to judge
+    ({"gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": True}, False),
+    ({"gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": False}, True),
+    ({"gpu_pre": True, "gpu_swept": True}, True),  # the check should have run and left no reading: not healthy
+])
+def test_a_gpu_check_that_left_no_reading_is_a_sick_gpu(gpu, sick):
+    got = decide(stopped=True, lb_out=True, **gpu)
+    assert got["gpu_check"] is bool(gpu.get("gpu_pre") and gpu.get("gpu_swept"))
+    assert got["gpu_sick"] is sick
+    assert (got["gpu_failure"] != "") is sick
+
+
+@pytest.mark.parametrize(("policy", "owed", "back", "words"), [
+    ("unrouted", True, False, "stays OUT of the router"),
+    ("serve", True, True, "back in the router"),
+    ("serve", False, False, "back in the router"),
+])
+def test_a_sick_gpu_keeps_the_host_out_only_under_unrouted(policy, owed, back, words):
+    got = bring_back({"policy": policy, "stopped": True, "lb_out": owed, "gpu_pre": True, "gpu_swept": True,
+                      "gpu_post_healthy": False, "gpu_problems": ["GPU 0: ECC"]})
+    assert got["route_back"] is back
+    assert got["gpu_failure"].startswith("GPU health after the sweep: GPU 0: ECC (bc_gpu_health_policy=%s" % policy)
+    assert words in got["gpu_failure"]
+
+
+def test_a_sick_gpu_beside_a_service_never_taken_out_says_to_take_it_out_by_hand():
+    got = decide(strategy="beside", gpu_pre=True, gpu_swept=True, gpu_post_healthy=False)
+    assert not got["router_owed"] and not got["route_back"]
+    assert "take the host out by hand" in got["gpu_failure"]
+
+
+@pytest.mark.parametrize(("state", "field"), [
+    ({"stoped": True}, "stoped"),  # a misspelt input
+    ({"policy": "serv"}, "bc_gpu_health_policy"),
+    ({"policy": None}, "bc_gpu_health_policy"),
+    ({"inherited": {"stoped": True}}, "stoped"),
+    ({"stopped": "yes"}, "stopped"),  # a string is not a decision
+    ({"inherited": {"released": 1}}, "released"),
+])
+def test_unknown_input_is_refused_naming_it(state, field):
+    with pytest.raises(ValueError, match=field):
+        bring_back(dict(BASE, **state))
+
+
+@pytest.mark.parametrize(("state", "rolled", "restarted", "says", "out"), [
+    ({"stopped": True, "lb_out": True}, True, False, "rolled back to the previous unit, which is serving again", False),
+    ({"released": True, "lb_out": True}, False, True, "it was restarted and serves again", False),
+    ({"release_state": "unknown", "lb_out": True}, False, False, "restarted (its memory state was not", True),
+    ({"stopped": True, "lb_out": True}, False, False, "replaced nothing to roll back to", True),
+    ({}, False, False, "this cycle never stopped it: it was not restarted", False),
+])
+def test_the_words_of_a_failed_bring_back(state, rolled, restarted, says, out):
+    plan = decide(**state)
+    text = bring_back_failure(plan, "llama-lab", rolled, restarted, None, "readiness: timed out")
+    assert says in text and text.endswith("Original failure: readiness: timed out")
+    assert ("The host stays OUT of the router" in text) is out
+    earlier = bring_back_failure(plan, "llama-lab", rolled, restarted, "the sweep: killed", "readiness: timed out")
+    assert "The cycle had failed first, at the sweep: killed; then bringing the service back failed" in earlier
