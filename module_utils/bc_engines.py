@@ -223,7 +223,9 @@ ENGINES: dict[str, dict[str, Any]] = {
         # EngineDeadError (entrypoints/serve/instrumentator/health.py), never while warming: a dead engine
         "refused_phase": "loading",
         "status_phase": {200: "ready", 503: "failed"},
-        "body_phase": {},
+        # a request to a dead engine: HTTP 500 with EngineDeadError's words (v1/engine/exceptions.py:16 of 0.32,
+        # seen on the real CPU server after its EngineCore was SIGKILLed): never a server still loading
+        "body_phase": {"EngineCore encountered an issue": "failed"},
         "min_timeout_s": 5,
         "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
         "load_path": "/metrics",

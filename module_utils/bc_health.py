@@ -298,8 +298,10 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
     for marker, marker_phase in prof["body_phase"].items():
         if status != 200 and marker in http.body:
             phase = marker_phase
-    if phase == "failed":  # a status this engine gives only when it is dead (vLLM's 503: EngineDeadError)
-        return _fail(result, "the server answered HTTP %s, which this engine gives only when its engine is dead" % status)
+    if phase == "failed":  # a status or words this engine gives only when it is dead (vLLM: EngineDeadError)
+        words = server_message(http.body) if http.body.strip() else ""
+        return _fail(result, "the server answered HTTP %s, which this engine gives only when its engine is dead%s"
+                     % (status, ": %s" % words if words else ""))
     if phase != "ready":
         result["phase"] = phase or "loading"
         result["reason"] = "HTTP %s%s" % (status, "" if phase else " (not a status this engine uses while starting)")

@@ -94,12 +94,18 @@ def engine_process(argv: list[str], spec: dict[str, list[str]]) -> bool:
     """Whether a process is one of the engine's own, by exact names only (never a substring of the
     command line: a compiler building llama-server.cpp is not llama-server): its title (argv[0] after
     setproctitle) starts with one of spec['titles'], its executable's basename is one of
-    spec['executables'], or it is `<python> -m <module>` for one of spec['modules']."""
+    spec['executables'] (also as a console script run by python), or it is `<python> -m <module>` for one of
+    spec['modules']."""
     if not argv:
         return False
     if any(argv[0] == t or argv[0].startswith(t + "_") or argv[0].startswith(t + " ") for t in spec.get("titles", [])):
         return True
     if os.path.basename(argv[0]) in spec.get("executables", []):
+        return True
+    # a console script (`vllm serve`): the kernel runs its shebang, so argv is [<python>, <path>/vllm, serve, ...]
+    # (seen on vLLM 0.32's real API server, tests/integration/test_vllm.py)
+    if (len(argv) > 1 and re.fullmatch(r"python[0-9.]*", os.path.basename(argv[0]))
+            and os.path.basename(argv[1]) in spec.get("executables", [])):
         return True
     return any(argv[i] == "-m" and argv[i + 1] in spec.get("modules", []) for i in range(1, min(len(argv) - 1, 4)))
 

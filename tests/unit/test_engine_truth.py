@@ -181,7 +181,19 @@ def test_the_vllm_unit_runs_vllm_serve_and_the_stop_knows_both_programs():
 
     engines = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
     assert engines["vllm"]["exec"] == ["{{ service_unit_python | dirname }}/vllm", "serve"]
+    # vLLM's API server exits 0 when its engine dies (the real 0.32 server): on-failure would never restart it
+    assert engines["vllm"]["restart"] == "always"
+    assert {e: engines[e]["restart"] for e in ("sglang", "llamacpp")} == {"sglang": "on-failure", "llamacpp": "on-failure"}
+    template = (ROOT / "roles/service_unit/templates/unit.service.j2").read_text()
+    assert "Restart={{ service_unit_restart_policy }}" in template
     spec = ENGINES["vllm"]["processes"]
-    assert engine_process(["/opt/vllm/bin/vllm", "serve", "--model", "/m"], spec)
+    # what the kernel gives for `vllm serve` (a console script run through its shebang), read from the real vLLM 0.32
+    # API server's /proc/<pid>/cmdline (tests/integration/test_vllm.py asserts it against the running server)
+    assert engine_process(["/opt/vllm/bin/python3", "/opt/vllm/bin/vllm", "serve", "--model", "/m"], spec)
+    assert engine_process(["/opt/vllm/bin/python3.11", "/opt/vllm/bin/vllm", "serve"], spec)
+    # a shell or an editor with the script's path is not the server; nor a script merely named like it
+    assert not engine_process(["/bin/sh", "/opt/vllm/bin/vllm", "serve"], spec)
+    assert not engine_process(["/opt/vllm/bin/python3", "/opt/vllm/bin/vllm-bench", "serve"], spec)
+    assert not engine_process(["/usr/bin/vim", "/opt/vllm/bin/vllm"], spec)
     assert engine_process(["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"], spec)
     assert engine_process(["VLLM::Worker_TP3"], spec) and engine_process(["VLLM::EngineCore"], spec)

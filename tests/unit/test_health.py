@@ -218,6 +218,20 @@ def test_profiles_follow_the_engine_version_and_say_when_it_is_not_a_known_one()
     assert older["liveness_path"] == "/health" and "using 0.5.10's" in note
 
 
+# vLLM 0.32's answer to a completion once its EngineCore is dead (the real CPU server, its EngineCore SIGKILLed)
+VLLM_DEAD = json.dumps({"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                                  "type": "InternalServerError", "param": None, "code": 500}})
+
+
+def test_vllm_dead_engines_500_fails_at_once_with_its_words():
+    r = classify("vllm", "completion", HttpResult(500, VLLM_DEAD), ACTIVE, 0, expect="4")
+    assert r["failed"] and r["phase"] == "failed"
+    assert "HTTP 500" in r["reason"] and "EngineCore encountered an issue" in r["reason"]
+    # another 500 is not taken for a dead engine: the wait goes on, saying the status is not one of starting
+    other = classify("vllm", "completion", HttpResult(500, '{"error": {"message": "out of memory"}}'), ACTIVE, 0)
+    assert not other["failed"] and other["phase"] == "loading"
+
+
 def test_vllm_503_is_a_dead_engine_not_a_warmup():
     # entrypoints/serve/instrumentator/health.py: 503 only on EngineDeadError
     r = classify("vllm", "status", HttpResult(503, ""), ACTIVE, 0)
