@@ -111,7 +111,7 @@ def test_the_unit_roles_settings_are_exactly_the_engines_flags():
     flags = set().union(*(set(e["flags"]) for e in ENGINES.values()))
     assert set(settings) == flags, (sorted(set(settings) - flags), sorted(flags - set(settings)))
     programs = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
-    assert set(programs) == set(ENGINES) and all(set(p) == {"exec"} for p in programs.values())
+    assert set(programs) == set(ENGINES) and all(set(p) == {"exec", "restart"} for p in programs.values())
 
 
 def test_a_renamed_setting_is_refused_with_what_to_write_instead():

@@ -412,7 +412,11 @@ def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
     # the real shell and pkill read it as the literal tag: a process with exactly that tag matches, nothing runs
     probe = subprocess.Popen(["bash", "-c", "exec -a 'x --tag llama-lab/2026-1 $(touch /tmp/x)' sleep 30"])
     try:
-        time.sleep(0.3)
+        # until bash has exec'd sleep under that name (a fixed pause lost the race on a loaded machine)
+        deadline = time.monotonic() + 30
+        while b"--tag" not in Path("/proc/%d/cmdline" % probe.pid).read_bytes():
+            assert time.monotonic() < deadline, "bash did not exec within 30 s"
+            time.sleep(0.02)
         pattern = next(w for w in argv[2].split("; ") if w.startswith("pkill -KILL")).replace("pkill -KILL", "pgrep")
         out = subprocess.run(["/bin/sh", "-c", pattern], capture_output=True, text=True, check=False).stdout.split()
         assert str(probe.pid) in out
