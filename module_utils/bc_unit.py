@@ -143,11 +143,15 @@ def leftovers(members: list[dict[str, Any]], now: list[dict[str, Any]], spec: di
 
 
 def busy_gpus(used: dict[int, int | None], free_mib: int, indices: list[int] | None = None) -> dict[int, int | None]:
-    """The GPUs (of `indices`, or all) not known to hold at most free_mib MiB: those above it, and those with no
-    reading (None, or an index nvidia-smi did not list): a GPU that says nothing is never free."""
-    busy = {i: mib for i, mib in used.items() if (not indices or i in indices) and (mib is None or mib > free_mib)}
-    busy.update({i: None for i in indices or [] if i not in used})
-    return busy
+    """The GPUs not known to hold at most free_mib MiB. With `indices` (the GPUs the stop must free): those above it,
+    and those with no reading (None, or an index nvidia-smi did not list): a GPU that says nothing is never free.
+    Without: every GPU above it; one with no reading ([N/A]: a MIG parent, a GPU that wants a reset) is not the
+    stop's to wait for, and the caller names it (else one unreadable GPU on the host would fail every stop)."""
+    if indices:
+        busy = {i: mib for i, mib in used.items() if i in indices and (mib is None or mib > free_mib)}
+        busy.update({i: None for i in indices if i not in used})
+        return busy
+    return {i: mib for i, mib in used.items() if mib is not None and mib > free_mib}
 
 
 def kill_all(pids: list[int], remaining: Callable[[], list[Any]], clock: Callable[[], float],
@@ -344,9 +348,9 @@ class Unit:
                 raise UnitError("nvidia-smi failed (exit %d) while checking that %s freed the GPUs: %s"
                                 % (rc, self.name, (err or out).strip()))
             used = {g["index"]: g["used_mib"] for g in parse_gpus(out)}
-            if not used:
-                raise UnitError("nvidia-smi listed no GPU while checking that %s freed the GPUs (its output: %r): a GPU "
-                                "that cannot be read is not free" % (self.name, out.strip()[:200]))
+            if all(mib is None for mib in used.values()):
+                raise UnitError("nvidia-smi gave no GPU's memory while checking that %s freed the GPUs (its output: %r): "
+                                "a GPU that cannot be read is not free" % (self.name, out.strip()[:200]))
             busy = busy_gpus(used, gpu["free_mib"], gpu.get("indices"))
             if not busy:
                 return used

@@ -125,9 +125,14 @@ def test_show_and_nvidia_smi_output_parse():
     assert [(g["index"], g["used_mib"], g["driver"]) for g in rows] == [(0, 81234, "580.159.04"), (1, 3, "580.159.04"),
                                                                         (2, None, "580.159.04")]
     used = {g["index"]: g["used_mib"] for g in rows}
-    assert busy_gpus(used, 2048) == {0: 81234, 2: None}  # no reading is never free
+    # the GPUs the stop must free: no reading is never free, nor a GPU nvidia-smi does not list
     assert busy_gpus(used, 2048, [1]) == {}
-    assert busy_gpus(used, 2048, [1, 3]) == {3: None}  # a GPU nvidia-smi does not list is never free
+    assert busy_gpus(used, 2048, [1, 2, 3]) == {2: None, 3: None}
+    # every GPU: those above the bar; an unreadable one elsewhere on the host does not fail every stop
+    assert busy_gpus(used, 2048) == {0: 81234}
+    # a name with a comma is read from both ends
+    assert parse_gpus("0, NVIDIA H200, SXM, 1, 2, 3, 580.1\n")[0] == {
+        "index": 0, "name": "NVIDIA H200, SXM", "free_mib": 1, "total_mib": 2, "used_mib": 3, "driver": "580.1"}
 
 
 def test_owning_service_reads_v1_and_v2_cgroups():
@@ -469,7 +474,7 @@ def test_gpu_wait_fails_naming_the_gpu_and_its_memory_after_the_deadline():
 
 
 @pytest.mark.parametrize(("rows", "indices", "says"), [
-    ("0, H200, [N/A], [N/A], [N/A], 580.159.04\n", None, r"GPU 0 no reading"),
+    ("0, H200, 81000, 81559, 5, 580.159.04\n1, H200, [N/A], [N/A], [N/A], 580.159.04\n", [0, 1], r"GPU 1 no reading"),
     ("0, H200, 81000, 81559, 5, 580.159.04\n", [0, 1], r"GPU 1 no reading"),  # the GPU to free is not listed
 ])
 def test_a_gpu_with_no_reading_is_never_free(rows, indices, says):
@@ -480,11 +485,18 @@ def test_a_gpu_with_no_reading_is_never_free(rows, indices, says):
         u.wait_gpu_free(gpu, clock, clock.sleep)
 
 
-@pytest.mark.parametrize("rows", ["", "No devices were found\n"])
-def test_an_answer_that_lists_no_gpu_is_not_a_free_gpu(rows):
+def test_an_unreadable_gpu_elsewhere_does_not_fail_the_stop_that_frees_every_readable_one():
+    rows = "0, H200, 81554, 81559, 5, 580.159.04\n1, H200, [N/A], [N/A], [N/A], 580.159.04\n"
     u = Unit("bc-test", NvidiaSmiDouble(frees_after=0, rows=rows), write, systemd_dir="/nonexistent",
              state_dir="/nonexistent")
-    with pytest.raises(UnitError, match=r"nvidia-smi listed no GPU .* a GPU that cannot be read is not free"):
+    assert u.wait_gpu_free({"nvidia_smi": "nvidia-smi", "free_mib": 2048, "wait_s": 6}, Clock(), Clock().sleep) == {0: 5, 1: None}
+
+
+@pytest.mark.parametrize("rows", ["", "No devices were found\n", "0, H200, [N/A], [N/A], [N/A], 580.159.04\n"])
+def test_an_answer_with_no_gpu_memory_read_is_not_a_free_gpu(rows):
+    u = Unit("bc-test", NvidiaSmiDouble(frees_after=0, rows=rows), write, systemd_dir="/nonexistent",
+             state_dir="/nonexistent")
+    with pytest.raises(UnitError, match=r"nvidia-smi gave no GPU's memory .* a GPU that cannot be read is not free"):
         u.wait_gpu_free({"nvidia_smi": "nvidia-smi", "free_mib": 2048, "wait_s": 6}, Clock(), Clock().sleep)
 
 
