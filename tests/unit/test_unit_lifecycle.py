@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import time
@@ -410,16 +411,20 @@ def test_the_switch_never_starts_a_unit_someone_started_since(tmp_path, state):
 
 def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
     u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
-    argv = u.switch_command("llama-lab/2026-1 $(touch /tmp/x)")
+    # a tag of this test alone: the other cases' switches (another xdist worker) pkill their own tags, never this one
+    tag = "quote-%d/2026-1 $(touch /tmp/x)" % os.getpid()
+    argv = u.switch_command(tag)
     assert argv[:2] == ["/bin/sh", "-c"]
     assert argv[2].index("pkill -KILL") < argv[2].index("systemctl start --no-block -- llama-lab.service")
-    assert "'--tag llama\\-lab/2026\\-1\\ \\$\\(touch\\ /tmp/x\\)'" in argv[2]  # one quoted, regex-escaped word
+    assert "'--tag %s'" % re.escape(tag) in argv[2]  # one quoted, regex-escaped word
+    assert "'--tag quote\\-%d/2026\\-1\\ \\$\\(touch\\ /tmp/x\\)'" % os.getpid() in argv[2]
     # the real shell and pkill read it as the literal tag: a process with exactly that tag matches, nothing runs
-    probe = subprocess.Popen(["bash", "-c", "exec -a 'x --tag llama-lab/2026-1 $(touch /tmp/x)' sleep 30"])
+    probe = subprocess.Popen(["bash", "-c", "exec -a 'x --tag %s' sleep 30" % tag])
     try:
         # until bash has exec'd sleep under that name (a fixed pause lost the race on a loaded machine)
         deadline = time.monotonic() + 30
-        while b"--tag" not in Path("/proc/%d/cmdline" % probe.pid).read_bytes():
+        while not Path("/proc/%d/cmdline" % probe.pid).read_bytes().startswith(b"x --tag"):
+            assert probe.poll() is None, "the probe ended (%s) before it was read" % probe.returncode
             assert time.monotonic() < deadline, "bash did not exec within 30 s"
             time.sleep(0.02)
         pattern = next(w for w in argv[2].split("; ") if w.startswith("pkill -KILL")).replace("pkill -KILL", "pgrep")
