@@ -5,6 +5,7 @@ label and renders the generated section of docs/timings.md (between its two mark
     CI=true ./tasks test                                                 # writes results/suite/
     .venv/bin/python bench/suite_timings.py --label "idle 1"             # adds the run, renders the table
     .venv/bin/python bench/suite_timings.py --label "stress-ng --cpu 2, 1"
+    .venv/bin/python bench/suite_timings.py --failures   # the failed cases and why (./tasks test prints it last)
 """
 
 from __future__ import annotations
@@ -37,6 +38,25 @@ def read_run(suite: Path) -> dict[str, Any]:
     return {"stages": stages, "slowest": cases[:10], "cases": len(cases)}
 
 
+def failures(suite: Path, lines_each: int = 20) -> str:
+    """Every failed or erroring case of the run's junit files, each with the end of its report: what ./tasks test
+    prints last when it fails, so the tail of a CI log names the cases and why (a scenario's log is long)."""
+    out: list[str] = []
+    for xml in sorted(suite.glob("*.xml")):
+        try:
+            root = ET.parse(xml).getroot()
+        except ET.ParseError as exc:
+            out.append(f"{xml.name}: unreadable junit ({exc}): the stage was killed before pytest finished it")
+            continue
+        for case in root.iter("testcase"):
+            for bad in [*case.findall("failure"), *case.findall("error")]:
+                name = f"{xml.stem}: {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
+                text = (bad.text or "").rstrip().splitlines()
+                out.append(f"{bad.tag.upper()} {name} ({float(case.get('time') or 0):.0f} s): {bad.get('message', '')[:300]}")
+                out += ["    " + line for line in text[-lines_each:]]
+    return "\n".join(out)
+
+
 def fmt(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -60,11 +80,18 @@ def render(runs: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--label", required=True, help="how the run was made, e.g. 'idle 1' or 'stress-ng --cpu 2, 1'")
+    parser.add_argument("--label", help="how the run was made, e.g. 'idle 1' or 'stress-ng --cpu 2, 1'")
+    parser.add_argument("--failures", action="store_true", help="print the run's failed cases and the end of each report")
     parser.add_argument("--suite", type=Path, default=ROOT / "results/suite")
     parser.add_argument("--data", type=Path, default=ROOT / "docs/suite-timings.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs/timings.md")
     args = parser.parse_args()
+    if args.failures:
+        text = failures(args.suite)
+        print(text or f"suite_timings: no failed case in {args.suite}/*.xml (a stage failed outside pytest: see above)")
+        return
+    if not args.label:
+        parser.error("--label is required (how the run was made), unless --failures")
     if not (args.suite / "stages.jsonl").exists():
         raise SystemExit(f"suite_timings: no {args.suite}/stages.jsonl: run ./tasks test first")
     run = read_run(args.suite)

@@ -30,6 +30,7 @@ _register_module_utils()
 
 from ansible.module_utils.bc_bringback import failure as _bring_back_failure
 from ansible.module_utils.bc_bringback import plan as _bring_back_plan
+from ansible.module_utils.bc_bringback import verdict as _verdict
 from ansible.module_utils.bc_contract import (
     CONTROL,
     ENV_NAME,
@@ -249,6 +250,13 @@ def bring_back_failure(plan: dict[str, Any], unit: str, rolled_back: bool, resta
     return _bring_back_failure(plan, unit, bool(rolled_back), bool(restarted), earlier or None, start_failure)
 
 
+def cycle_verdict(failure: str, touched: bool, recovery: bool, host: str) -> str:
+    """The job's last words when a failure remains once the service is back (bc_bringback.verdict): a cycle says
+    where it failed and whether it started the service again or never stopped it; a recovery says what it could not
+    read."""
+    return _verdict(str(failure), bool(touched), bool(recovery), str(host))
+
+
 def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
     """What a dead cycle left on `host`, in one sentence: the lock (holder, age, the heartbeat's promise, its record),
     the unit's state and whether its dead-man switch is armed (`found`: lock, unit, switch)."""
@@ -284,5 +292,5 @@ class FilterModule:
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
-            "bc_bring_back_failure": bring_back_failure,
+            "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict,
         }

@@ -42,6 +42,9 @@ TORCH_REQUIREMENT = os.environ.get("BC_LAB_TORCH", "torch==2.13.0")
 PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "sudo", "openssh-server",
     "iproute2", "procps", "ca-certificates", "curl", "util-linux",
+    # vLLM's CPU build links libnuma (vllm._C: "libnuma.so.1: cannot open shared object file", then "EngineCore failed
+    # to start"), seen when the real vLLM first ran under the lab's systemd (tests/integration/test_vllm_unit.py)
+    "libnuma1",
 ]
 CUSTOMIZE = ROOT / "lab" / "image" / "customize.sh"
 
@@ -182,6 +185,25 @@ def ssh_opts(key: Path) -> list[str]:
             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
 
 
+def start_host(name: str, hostname: str, ssh_port: int, http_port: int, ref: str, key: Path,
+               read_only: tuple[str, ...] = ()) -> dict[str, object]:
+    """One lab host: a container of the lab image with systemd as PID 1, its ssh and server ports on loopback, and
+    `read_only` host folders mounted at the same path (a vLLM venv made from Debian's python3 runs there as it is).
+    Returns its inventory variables; wait_ssh says when it answers."""
+    mounts = [arg for path in read_only for arg in ("-v", f"{path}:{path}:ro")]
+    run([
+        "podman", "run", "-d", "--name", name, "--hostname", hostname,
+        "--systemd=always", "--stop-signal=SIGRTMIN+3",
+        # a host's /dev/shm, not podman's 64 MiB: vLLM's engine refuses to start with less than its ring buffers
+        # ("Insufficient space in /dev/shm ... 160 MiB required"); tmpfs takes only what is written
+        "--shm-size=1g",
+        "-p", f"127.0.0.1:{ssh_port}:22", "-p", f"127.0.0.1:{http_port}:{SERVICE_PORT}",
+        "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro,Z", *mounts,
+        ref, "/sbin/init",
+    ], stdout=subprocess.DEVNULL, cwd=STATE)  # conmon keeps this cwd, and writes a file "oom" there on an OOM kill
+    return {"ansible_host": "127.0.0.1", "ansible_port": ssh_port, "lab_container": name, "lab_http_port": http_port}
+
+
 def up(count: int, instance_config: Path | None = None) -> None:
     if count < 1:
         raise SystemExit("lab: N must be at least 1")
@@ -191,19 +213,7 @@ def up(count: int, instance_config: Path | None = None) -> None:
     started = time.monotonic()
     hosts = {}
     for i in range(1, count + 1):
-        name = f"{NAME_PREFIX}{i}"
-        ssh_port, http_port = SSH_PORT_BASE + i, HTTP_PORT_BASE + i
-        run([
-            "podman", "run", "-d", "--name", name, "--hostname", f"lab{i}",
-            "--systemd=always", "--stop-signal=SIGRTMIN+3",
-            "-p", f"127.0.0.1:{ssh_port}:22", "-p", f"127.0.0.1:{http_port}:{SERVICE_PORT}",
-            "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro,Z",
-            ref, "/sbin/init",
-        ], stdout=subprocess.DEVNULL, cwd=STATE)  # conmon keeps this cwd, and writes a file "oom" there on an OOM kill
-        hosts[f"lab{i}"] = {
-            "ansible_host": "127.0.0.1", "ansible_port": ssh_port,
-            "lab_container": name, "lab_http_port": http_port,
-        }
+        hosts[f"lab{i}"] = start_host(f"{NAME_PREFIX}{i}", f"lab{i}", SSH_PORT_BASE + i, HTTP_PORT_BASE + i, ref, key)
     for i in range(1, count + 1):
         wait_ssh(SSH_PORT_BASE + i, key)
     write_inventory(hosts, key)
@@ -224,14 +234,21 @@ def write_inventory(hosts: dict[str, dict[str, object]], key: Path) -> None:
     (ROOT / "inventory" / "lab" / "hosts.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+MODEL_RECIPE = ROOT / "lab" / "make_model.py"
+
+
+def model_key() -> str:
+    """The tiny model's cache key in both its formats (GGUF, safetensors): the hash of the script that makes it."""
+    return hashlib.sha256(MODEL_RECIPE.read_bytes()).hexdigest()[:12]
+
+
 def artifacts() -> dict[str, str]:
     """The lab server's binary and model, built once and cached (keyed by version / recipe hash)."""
     server = subprocess.run([str(ROOT / "lab" / "build-llama-server.sh")], check=True, text=True,
                             stdout=subprocess.PIPE).stdout.strip().splitlines()[-1]
-    recipe = ROOT / "lab" / "make_model.py"
-    model = CACHE / "model" / f"lab-tiny-{hashlib.sha256(recipe.read_bytes()).hexdigest()[:12]}.gguf"
+    model = CACHE / "model" / f"lab-tiny-{model_key()}.gguf"
     if not model.exists():
-        run([sys.executable, str(recipe), str(model)])
+        run([sys.executable, str(MODEL_RECIPE), str(model)])
     return {"lab_llama_server_src": server, "lab_model_src": str(model)}
 
 
@@ -271,10 +288,9 @@ def vllm() -> dict[str, str]:
         (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n" % version, encoding="utf-8")
         (meta / "RECORD").write_text("", encoding="utf-8")
         (home / ".complete").touch()
-    recipe = ROOT / "lab" / "make_model.py"
-    model = home / f"model-{hashlib.sha256(recipe.read_bytes()).hexdigest()[:12]}"
+    model = home / f"model-{model_key()}"
     if not (model / "config.json").exists():
-        run([str(py), str(recipe), "--hf", str(model)], timeout=300)
+        run([str(py), str(MODEL_RECIPE), "--hf", str(model)], timeout=300)
     return {"vllm_python": str(py), "vllm_model": str(model), "vllm_version": version}
 
 

@@ -116,3 +116,12 @@ def failure(bring: dict[str, Any], unit: str, rolled_back: bool, restarted: bool
         return "%s The cycle had failed first, at %s; then bringing the service back failed: %s" % (
             said, earlier, start_failure)
     return "%s Original failure: %s" % (said, start_failure)
+
+
+def verdict(failure: str, touched: bool, recovery: bool, host: str) -> str:
+    """The job's last words once the service is back and a failure remains (a cycle's first failure, or what a
+    recovery could not read): whether this job stopped the service (`touched`) and so started it again."""
+    if recovery:
+        return "%s: the service was brought back, but %s" % (host, failure)
+    return "the cycle failed at %s; the service %s and answers correctly" % (
+        failure, "was started again" if touched else "was never stopped")

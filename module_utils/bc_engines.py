@@ -214,6 +214,11 @@ ENGINES: dict[str, dict[str, Any]] = {
             "served_model_name": "--served-model-name",
             "trust_remote_code": "--trust-remote-code",
             "enable_sleep_mode": "--enable-sleep-mode",
+            # the weights' type (the lab's CPU build runs the tiny model in float32)
+            "dtype": "--dtype",
+            # no torch.compile and no CUDA graphs (config/vllm.py of 0.32: compilation mode NONE); the CPU build
+            # otherwise compiles with inductor at start and needs a C++ compiler on the host
+            "enforce_eager": "--enforce-eager",
         },
         "readiness_path": "/health",
         "liveness_path": "/health",

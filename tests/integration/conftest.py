@@ -94,6 +94,16 @@ def artifacts() -> dict[str, str]:
     return json.loads(out)
 
 
+def built() -> dict[str, str]:
+    """The venv and model ./tasks set up (BC_VLLM_*), else built here (cached per version and recipe)."""
+    if os.environ.get("BC_VLLM_PYTHON"):
+        return {"vllm_python": os.environ["BC_VLLM_PYTHON"], "vllm_model": os.environ["BC_VLLM_MODEL"],
+                "vllm_version": os.environ.get("BC_VLLM_VERSION", "0.32.0")}
+    out = subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "vllm"], capture_output=True, text=True,
+                         timeout=3600, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def lab_hosts() -> dict[str, dict[str, Any]]:
     return yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
 

@@ -7,7 +7,6 @@ The cases run in order against one server (its start costs about a minute of CPU
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -21,17 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/unit"))
 
+from conftest import built
 from test_modules_adhoc import adhoc
-
-
-def built() -> dict[str, str]:
-    """The venv and model ./tasks set up (BC_VLLM_*), else built here (cached per version and recipe)."""
-    if os.environ.get("BC_VLLM_PYTHON"):
-        return {"vllm_python": os.environ["BC_VLLM_PYTHON"], "vllm_model": os.environ["BC_VLLM_MODEL"],
-                "vllm_version": os.environ.get("BC_VLLM_VERSION", "0.32.0")}
-    out = subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "vllm"], capture_output=True, text=True,
-                         timeout=3600, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@ its refusals of input it does not know (a misspelt fact must never read as "noth
 from __future__ import annotations
 
 import pytest
-from bc_filters import bring_back, bring_back_failure
+from bc_filters import bring_back, bring_back_failure, cycle_verdict
 
 BASE = {"policy": "unrouted"}
 DEAD_STOPPED = {"stopped": True, "lb_removed": True}
@@ -120,3 +120,13 @@ def test_the_words_of_a_failed_bring_back(state, rolled, restarted, says, out):
     assert ("The host stays OUT of the router" in text) is out
     earlier = bring_back_failure(plan, "llama-lab", rolled, restarted, "the sweep: killed", "readiness: timed out")
     assert "The cycle had failed first, at the sweep: killed; then bringing the service back failed" in earlier
+
+
+@pytest.mark.parametrize(("touched", "recovery", "says"), [
+    (True, False, "the cycle failed at the sweep: killed; the service was started again and answers correctly"),
+    (False, False, "the cycle failed at the sweep: killed; the service was never stopped and answers correctly"),
+    (True, True, "lab1: the service was brought back, but the sweep: killed"),
+    (False, True, "lab1: the service was brought back, but the sweep: killed"),
+])
+def test_the_last_words_say_whether_this_job_started_the_service_again(touched, recovery, says):
+    assert cycle_verdict("the sweep: killed", touched, recovery, "lab1") == says

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
-from suite_timings import BEGIN, END, read_run, render
+from suite_timings import BEGIN, END, failures, read_run, render
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">{}</testsuite></testsuites>"""
 
@@ -66,3 +66,27 @@ def test_a_run_is_added_under_its_label_and_the_section_replaced_in_place(tmp_pa
     text = doc.read_text()
     assert text.startswith("# Timings\n\nbefore\n\n" + BEGIN) and text.endswith(END + "\n\nafter\n") and "old" not in text
     assert len(json.loads((tmp_path / "d.json").read_text())) == 1
+
+
+def test_failures_names_each_failed_case_with_the_end_of_its_report_and_a_killed_stage(tmp_path):
+    rows = ('<testcase classname="tests.integration.test_faults" name="test_ok" time="3"/>'
+            '<testcase classname="tests.integration.test_faults" name="test_bad" time="61.4">'
+            '<failure message="AssertionError: rc 2">' + "\n".join(f"line {i}" for i in range(30)) + "</failure></testcase>"
+            '<testcase classname="tests.integration.test_release" name="test_err" time="1">'
+            '<error message="fixture">boom</error></testcase>')
+    (tmp_path / "molecule-faults.xml").write_text(JUNIT.format(rows))
+    (tmp_path / "unit.xml").write_text("<testsuites><testsuite")  # a stage killed mid-write
+    text = failures(tmp_path)
+    assert "FAILURE molecule-faults: test_faults::test_bad (61 s): AssertionError: rc 2" in text
+    assert "    line 29" in text and "    line 10" in text and "line 9\n" not in text  # the last 20 lines of its report
+    assert "ERROR molecule-faults: test_release::test_err (1 s): fixture\n    boom" in text
+    assert "test_ok" not in text
+    assert "unit.xml: unreadable junit" in text
+
+
+def test_failures_of_a_green_run_is_empty_and_the_command_says_where_to_look(tmp_path):
+    suite(tmp_path, {"lint": 1}, {"test_a": 1.0})
+    assert failures(tmp_path) == ""
+    out = subprocess.run([sys.executable, str(ROOT / "bench/suite_timings.py"), "--suite", str(tmp_path), "--failures"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "no failed case" in out
