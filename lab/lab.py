@@ -288,6 +288,10 @@ def vllm() -> dict[str, str]:
         (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n" % version, encoding="utf-8")
         (meta / "RECORD").write_text("", encoding="utf-8")
         (home / ".complete").touch()
+        # the venvs of earlier recipes (3.5 GB each) are not used again
+        for stale in CACHE.glob("vllm-*-*"):
+            if stale != home and re.fullmatch(r"vllm-.+-[0-9a-f]{8}", stale.name) and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
     model = home / f"model-{model_key()}"
     if not (model / "config.json").exists():
         run([str(py), str(MODEL_RECIPE), "--hf", str(model)], timeout=300)

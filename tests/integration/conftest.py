@@ -63,8 +63,8 @@ def env(**extra: str) -> dict[str, str]:
                 PATH=f"{BIN}:{os.environ['PATH']}", **extra)
 
 
-def playbook_cmd(path: str, *extra: str, extra_vars: dict | None = None) -> list[str]:
-    cmd = [str(BIN / "ansible-playbook"), path, "-i", INVENTORY, *extra]
+def playbook_cmd(path: str, *extra: str, extra_vars: dict | None = None, inventory: str | None = None) -> list[str]:
+    cmd = [str(BIN / "ansible-playbook"), path, "-i", inventory or INVENTORY, *extra]
     return [*cmd, "-e", json.dumps(extra_vars)] if extra_vars else cmd
 
 
@@ -72,12 +72,12 @@ def read_events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def playbook(path: str, *extra: str, extra_vars: dict | None = None, timeout: int = 600) -> Run:
+def playbook(path: str, *extra: str, extra_vars: dict | None = None, timeout: int = 600, inventory: str | None = None) -> Run:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "events.jsonl"
         start, started = time.monotonic(), time.time()
-        proc = subprocess.run(playbook_cmd(path, *extra, extra_vars=extra_vars), cwd=ROOT, env=env(BC_CYCLE_EVENT_LOG=str(log)),
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(playbook_cmd(path, *extra, extra_vars=extra_vars, inventory=inventory), cwd=ROOT,
+                              env=env(BC_CYCLE_EVENT_LOG=str(log)), capture_output=True, text=True, timeout=timeout, check=False)
         return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, started, read_events(log))
 
 

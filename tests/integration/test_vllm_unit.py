@@ -10,27 +10,28 @@ cycle, its engine killed, then a cycle through systemd's stop and start."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, ROOT, Run, built, env, read_events
+from conftest import ROOT, Run, built, orphaned_controllers, playbook, sh
 
 import lab as lablib  # lab/lab.py (tests/conftest.py puts lab/ on the path)
 
-NAME, HOST, UNIT = "bc-vllm-1", "vllm1", "vllm-lab"
+NAME, HOST, UNIT = "bc-lab-vllm", "vllm1", "vllm-lab"  # a lab name: lab/lab.py down removes it with the others
 SSH_PORT, HTTP_PORT = lablib.SSH_PORT_BASE + 90, lablib.HTTP_PORT_BASE + 90
+PORT = lablib.SERVICE_PORT
+# the host's systemd said the stop was not clean: a SIGTERM the server did not end on, or leftovers it had to kill
+UNCLEAN_STOP = ("Killing process", "timed out", "Failed with result", "status=9/KILL")
 
 
 def in_host(cmd: str, check: bool = True) -> str:
-    """A shell command inside the vLLM lab host (podman exec: the test's eyes, not the product)."""
-    proc = subprocess.run(["podman", "exec", NAME, "sh", "-c", cmd], capture_output=True, text=True, timeout=120, check=False)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"vllm lab host: {cmd} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
-    return proc.stdout
+    """A shell command inside the vLLM lab host (the test's eyes, not the product)."""
+    return sh(cmd, check=check, container=NAME)
 
 
 class VllmHost:
@@ -51,18 +52,20 @@ class VllmHost:
             "bc_sweep_batch_sizes": [1, 8], "bc_sweep_routing": [{"kind": "uniform"}], "bc_sweep_iters": 3,
         }
 
-    def cycle(self, **changes: object) -> Run:
-        with tempfile.TemporaryDirectory() as tmp:
-            log = Path(tmp) / "events.jsonl"
-            cmd = [str(BIN / "ansible-playbook"), "benchmark_cycle.yml", "-i", str(self.inventory), "-e",
-                   json.dumps(dict(self.vars, **changes))]
-            start, started = time.monotonic(), time.time()
-            proc = subprocess.run(cmd, cwd=ROOT, env=env(BC_CYCLE_EVENT_LOG=str(log)), capture_output=True, text=True,
-                                  timeout=1800, check=False)
-            return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, started, read_events(log))
+    def cycle(self) -> Run:
+        return playbook("benchmark_cycle.yml", extra_vars=self.vars, timeout=1800, inventory=str(self.inventory))
 
     def show(self, prop: str) -> str:
         return in_host(f"systemctl show -p {prop} --value {UNIT}").strip()
+
+    def serving(self) -> None:
+        """The unit installed and serving (a case run alone, or after one that failed, gets it from a cycle)."""
+        if self.show("ActiveState") != "active" or self.health() != "200":
+            run = self.cycle()
+            assert run.rc == 0, run.out[-4000:]
+
+    def health(self) -> str:
+        return in_host(f"curl -s -o /dev/null -w '%{{http_code}}' -m 5 http://127.0.0.1:{PORT}/health", check=False).strip()
 
     def processes(self) -> list[tuple[int, str, str]]:
         """(pid, systemd unit, argv[0]) of every vLLM process in the host: the API server and its VLLM::* children."""
@@ -75,34 +78,43 @@ class VllmHost:
 
     def completion(self) -> dict:
         body = json.dumps({"model": "lab-tiny", "prompt": "2+2=", "max_tokens": 4, "temperature": 0})
-        out = in_host(f"curl -s -m 60 -H 'Content-Type: application/json' -d '{body}' http://127.0.0.1:8080/v1/completions")
+        out = in_host(f"curl -s -m 60 -H 'Content-Type: application/json' -d '{body}' http://127.0.0.1:{PORT}/v1/completions")
         return json.loads(out)
+
+    def journal(self, since: float | None = None) -> str:
+        return in_host(f"journalctl -u {UNIT} --no-pager -o cat" + (f" --since @{int(since)}" if since else ""), check=False)
 
 
 @pytest.fixture(scope="module")
 def vllm_host(tmp_path_factory: pytest.TempPathFactory):
     found = built()
-    home = str(Path(found["vllm_python"]).parents[2])  # <cache>/vllm-<version>-<recipe>: the venv and the model
+    # the venv (made from Debian's python3, which the lab image has at the same path) and the model, mounted as they are
+    mounts = (str(Path(found["vllm_python"]).parents[1]), found["vllm_model"])
     key = lablib.ensure_key()
+    inventory = tmp_path_factory.mktemp("vllm-inventory")
     subprocess.run(["podman", "rm", "-f", "-t", "2", NAME], capture_output=True, timeout=120, check=False)
-    hostvars = lablib.start_host(NAME, HOST, SSH_PORT, HTTP_PORT, lablib.build_image(), key, read_only=(home,))
     try:
+        hostvars = lablib.start_host(NAME, HOST, SSH_PORT, HTTP_PORT, lablib.build_image(), key, read_only=mounts)
         lablib.wait_ssh(SSH_PORT, key)
-        inventory = tmp_path_factory.mktemp("vllm-inventory")
         hosts = {"all": {"children": {"inference": {"hosts": {HOST: hostvars}}}, "vars": {"ansible_ssh_private_key_file": str(key)}}}
         (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
         (inventory / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
         yield VllmHost(inventory, found)
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "2", NAME], capture_output=True, timeout=120, check=False)
+        for pid in orphaned_controllers(str(inventory)):  # a cycle killed by its timeout leaves its workers
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     run = vllm_host.cycle()
     assert run.rc == 0, run.out[-4000:]
     unit = in_host(f"cat /etc/systemd/system/{UNIT}.service")
-    assert f"{vllm_host.found['vllm_python'].rsplit('/', 1)[0]}/vllm serve" in unit and "Restart=always" in unit, unit
-    assert "--dtype float32" in unit and "--max-model-len 512" in unit, unit
+    assert f"{Path(vllm_host.found['vllm_python']).parent}/vllm serve" in unit and "Restart=always" in unit, unit
+    assert all(flag in unit for flag in ("--dtype float32", "--enforce-eager", "--max-model-len 512")), unit
     assert vllm_host.show("ActiveState") == "active"
     answer = vllm_host.completion()
     assert "4" in answer["choices"][0]["text"], answer
@@ -111,34 +123,42 @@ def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
 def test_an_engine_that_dies_is_restarted_by_the_units_policy(vllm_host):
     """vLLM's API server exits 0 once its EngineCore has died (test_vllm.py): the project's unit has Restart=always,
     so systemd starts it again; Restart=on-failure would leave the host down with a unit that reads 'inactive'."""
+    vllm_host.serving()
     restarts = int(vllm_host.show("NRestarts"))
-    engine = next(pid for pid, _, name in vllm_host.processes() if name == "VLLM::EngineCore")
+    engine = next((pid for pid, _, name in vllm_host.processes() if name == "VLLM::EngineCore"), None)
+    assert engine, vllm_host.processes()
     in_host(f"kill -KILL {engine}")
     deadline = time.monotonic() + 900
     while int(vllm_host.show("NRestarts")) <= restarts:
-        assert time.monotonic() < deadline, in_host(f"journalctl -u {UNIT} --no-pager -o cat | tail -40")
+        state = (vllm_host.show("ActiveState"), vllm_host.show("SubState"))
+        # stopped for good: the policy did not restart an exit (what Restart=on-failure does with vLLM's exit 0)
+        assert state not in (("inactive", "dead"), ("failed", "failed")), (state, vllm_host.journal()[-3000:])
+        assert time.monotonic() < deadline, vllm_host.journal()[-3000:]
         time.sleep(1)
     # the restarted server serves again by itself (a cycle begun while it still loads refuses to drain a server whose
     # in-flight work it cannot read: docs/engines.md)
-    while in_host("curl -s -o /dev/null -w '%{http_code}' -m 5 http://127.0.0.1:8080/health", check=False).strip() != "200":
-        assert time.monotonic() < deadline, in_host(f"journalctl -u {UNIT} --no-pager -o cat | tail -40")
+    while vllm_host.health() != "200":
+        assert time.monotonic() < deadline, vllm_host.journal()[-3000:]
         time.sleep(2)
     assert vllm_host.show("ActiveState") == "active"
     assert "4" in vllm_host.completion()["choices"][0]["text"]
 
 
 def test_a_cycle_stops_the_real_vllm_through_systemd_and_brings_it_back(vllm_host):
-    before = int(vllm_host.show("MainPID"))
-    assert before > 0
+    vllm_host.serving()
+    before = vllm_host.processes()
+    main = int(vllm_host.show("MainPID"))
+    assert main in [pid for pid, _, _ in before] and any(name == "VLLM::EngineCore" for _, _, name in before), before
     run = vllm_host.cycle()
     assert run.rc == 0, run.out[-4000:]
-    after = int(vllm_host.show("MainPID"))
-    assert after not in (0, before), (before, after)
-    procs = vllm_host.processes()
-    # nothing of the old server is left: the old API server is gone, and every vLLM process is the unit's
-    assert before not in [pid for pid, _, _ in procs] and all(unit == f"{UNIT}.service" for _, unit, _ in procs), procs
-    assert any(name == "VLLM::EngineCore" for _, _, name in procs), procs
+    after = vllm_host.processes()
+    # nothing of the old server is left, and every vLLM process is the new one's, in the unit
+    assert not {pid for pid, _, _ in before} & {pid for pid, _, _ in after}, (before, after)
+    assert all(unit == f"{UNIT}.service" for _, unit, _ in after), after
+    assert int(vllm_host.show("MainPID")) in [pid for pid, _, _ in after]
+    assert any(name == "VLLM::EngineCore" for _, _, name in after), after
     assert "4" in vllm_host.completion()["choices"][0]["text"]
-    # the stop was the unit's (systemctl stop: systemd's SIGTERM), during this cycle
-    journal = in_host(f"journalctl -u {UNIT} --no-pager -o cat --since @{int(run.started)}")
+    # the stop was systemctl's (SIGTERM), and the server ended on it: nothing left for systemd to kill
+    journal = vllm_host.journal(since=run.started)
     assert "Stopping " in journal and "Stopped " in journal, journal[-3000:]
+    assert not [w for w in UNCLEAN_STOP if w in journal], journal[-3000:]
