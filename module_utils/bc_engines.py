@@ -219,6 +219,9 @@ ENGINES: dict[str, dict[str, Any]] = {
             # no torch.compile and no CUDA graphs (config/vllm.py of 0.32: compilation mode NONE); the CPU build
             # otherwise compiles with inductor at start and needs a C++ compiler on the host
             "enforce_eager": "--enforce-eager",
+            # how long SIGTERM waits for requests in flight (engine/arg_utils.py of 0.32: "0 = abort", the default:
+            # the API server aborts them at once, seen under the lab's systemd: "EngineCore: start mode=abort timeout=0s")
+            "shutdown_timeout": "--shutdown-timeout",
         },
         "readiness_path": "/health",
         "liveness_path": "/health",

@@ -25,8 +25,6 @@ import lab as lablib  # lab/lab.py (tests/conftest.py puts lab/ on the path)
 NAME, HOST, UNIT = "bc-lab-vllm", "vllm1", "vllm-lab"  # a lab name: lab/lab.py down removes it with the others
 SSH_PORT, HTTP_PORT = lablib.SSH_PORT_BASE + 90, lablib.HTTP_PORT_BASE + 90
 PORT = lablib.SERVICE_PORT
-# the host's systemd said the stop was not clean: a SIGTERM the server did not end on, or leftovers it had to kill
-UNCLEAN_STOP = ("Killing process", "timed out", "Failed with result", "status=9/KILL")
 
 
 def in_host(cmd: str, check: bool = True) -> str:
@@ -42,7 +40,8 @@ class VllmHost:
             "bc_engine": "vllm", "bc_engine_version": found["vllm_version"], "bc_unit": UNIT,
             "bc_engine_python": found["vllm_python"],
             "bc_engine_settings": {"model_path": found["vllm_model"], "served_model_name": "lab-tiny", "host": "0.0.0.0",
-                                   "context_length": 512, "dtype": "float32", "enforce_eager": True},
+                                   "context_length": 512, "dtype": "float32", "enforce_eager": True,
+                                   "shutdown_timeout": 20},
             # vLLM's CPU build: a 1 GiB KV cache, no thread pinning in a container, offline, no usage report
             "bc_engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1",
                               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
@@ -114,7 +113,7 @@ def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     assert run.rc == 0, run.out[-4000:]
     unit = in_host(f"cat /etc/systemd/system/{UNIT}.service")
     assert f"{Path(vllm_host.found['vllm_python']).parent}/vllm serve" in unit and "Restart=always" in unit, unit
-    assert all(flag in unit for flag in ("--dtype float32", "--enforce-eager", "--max-model-len 512")), unit
+    assert all(flag in unit for flag in ("--dtype float32", "--enforce-eager", "--max-model-len 512", "--shutdown-timeout 20")), unit
     assert vllm_host.show("ActiveState") == "active"
     answer = vllm_host.completion()
     assert "4" in answer["choices"][0]["text"], answer
@@ -158,7 +157,12 @@ def test_a_cycle_stops_the_real_vllm_through_systemd_and_brings_it_back(vllm_hos
     assert int(vllm_host.show("MainPID")) in [pid for pid, _, _ in after]
     assert any(name == "VLLM::EngineCore" for _, _, name in after), after
     assert "4" in vllm_host.completion()["choices"][0]["text"]
-    # the stop was systemctl's (SIGTERM), and the server ended on it: nothing left for systemd to kill
+    # the stop was systemctl's (SIGTERM), and the API server ended on it by itself: systemd never had to kill it. (Its
+    # helpers left after it, e.g. multiprocessing's resource tracker, are KillMode=mixed's to SIGKILL; on this VM's
+    # hybrid cgroups systemd then waits TimeoutStopSec for an empty-cgroup notice that a container never gets:
+    # docs/engines.md)
     journal = vllm_host.journal(since=run.started)
     assert "Stopping " in journal and "Stopped " in journal, journal[-3000:]
-    assert not [w for w in UNCLEAN_STOP if w in journal], journal[-3000:]
+    assert "Application shutdown complete" in journal, journal[-3000:]
+    assert f"Killing process {main} " not in journal and "vllm-lab.service: Main process exited, code=killed" not in journal, \
+        journal[-3000:]
