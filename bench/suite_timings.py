@@ -24,6 +24,11 @@ STAGES = ["setup: apt", "setup: venv", "setup: collections", "setup: llama-serve
           "integration", "setup: vllm", "vllm", "molecule default", "molecule faults", "molecule fleet", "total"]
 
 
+def case_name(xml: Path, case: ET.Element) -> str:
+    """A case as the tables name it: its stage (the junit file), its module and its test."""
+    return f"{xml.stem}: {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
+
+
 def read_run(suite: Path) -> dict[str, Any]:
     """One run: its stages (seconds) and every case's time (seconds) from the junit files."""
     stages: dict[str, float] = {}
@@ -33,7 +38,7 @@ def read_run(suite: Path) -> dict[str, Any]:
     cases: list[tuple[str, float]] = []
     for xml in sorted(suite.glob("*.xml")):
         for case in ET.parse(xml).getroot().iter("testcase"):
-            cases.append((f"{xml.stem}: {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}", float(case.get("time", 0))))
+            cases.append((case_name(xml, case), float(case.get("time", 0))))
     cases.sort(key=lambda kv: -kv[1])
     return {"stages": stages, "slowest": cases[:10], "cases": len(cases)}
 
@@ -50,9 +55,9 @@ def failures(suite: Path, lines_each: int = 20) -> str:
             continue
         for case in root.iter("testcase"):
             for bad in [*case.findall("failure"), *case.findall("error")]:
-                name = f"{xml.stem}: {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
                 text = (bad.text or "").rstrip().splitlines()
-                out.append(f"{bad.tag.upper()} {name} ({float(case.get('time') or 0):.0f} s): {bad.get('message', '')[:300]}")
+                seconds = float(case.get("time") or 0)
+                out.append(f"{bad.tag.upper()} {case_name(xml, case)} ({seconds:.0f} s): {bad.get('message', '')[:300]}")
                 out += ["    " + line for line in text[-lines_each:]]
     return "\n".join(out)
 

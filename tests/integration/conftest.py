@@ -129,18 +129,21 @@ def lab_up(count: int) -> None:
         assert run.rc == 0, run.out[-3000:]
 
 
+def one_host_inventory(inventory: Path, host: str, hostvars: dict[str, Any], key_file: str) -> None:
+    """An inventory of one lab host (`hostvars`: what lab/lab.py start_host returns), with the lab's group_vars."""
+    hosts = {"all": {"children": {"inference": {"hosts": {host: hostvars}}}, "vars": {"ansible_ssh_private_key_file": key_file}}}
+    inventory.mkdir(parents=True, exist_ok=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    if not (inventory / "group_vars").exists():
+        (inventory / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
+
+
 def own_inventory() -> None:
     """A parallel worker's inventory: the lab's, with this worker's host alone (the group_vars are the lab's)."""
     if WORKERS == 1 or os.environ.get("BC_LAB_INVENTORY"):
         return
-    lab = yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())
-    hosts = lab["all"]["children"]["inference"]["hosts"]
-    lab["all"]["children"]["inference"]["hosts"] = {HOST: hosts[HOST]}
-    inventory = ROOT / INVENTORY
-    inventory.mkdir(parents=True, exist_ok=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(lab))
-    if not (inventory / "group_vars").exists():
-        (inventory / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
+    lab = yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]
+    one_host_inventory(ROOT / INVENTORY, HOST, lab["children"]["inference"]["hosts"][HOST], lab["vars"]["ansible_ssh_private_key_file"])
 
 
 LAB_UNIT: dict[str, str] = {}
@@ -203,7 +206,11 @@ def no_orphaned_controllers():
     case's lab host is the same): the product's side of a lost controller is the host's switch; this is the
     test machine's own cleanup."""
     yield
-    for pid in orphaned_controllers():
+    kill_orphaned_controllers()
+
+
+def kill_orphaned_controllers(inventory: str = INVENTORY) -> None:
+    for pid in orphaned_controllers(inventory):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

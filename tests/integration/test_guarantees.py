@@ -109,14 +109,13 @@ def test_the_api_key_never_reaches_a_command_line_or_any_output(llama, tmp_path,
     assert "api_key='<redacted>'" in out  # the line was there, redacted
     # the live server's command line: its main process once it has one (a read while systemd restarts it, MainPID 0
     # or a process still exiting, gives nothing; ci9 saw an empty read once)
-    cmdline, deadline = "", time.monotonic() + 120
-    while not cmdline.strip():
-        cmdline = sh("pid=$(systemctl show -p MainPID --value sglang-double); "
-                     "[ \"$pid\" != 0 ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null || true")
-        if not cmdline.strip():
-            assert time.monotonic() < deadline, sh("systemctl status --no-pager sglang-double; "
-                                                    "journalctl -u sglang-double --no-pager -n 40 -o cat", check=False)
-            time.sleep(0.5)
+    main = "/proc/$(systemctl show -p MainPID --value sglang-double)/cmdline"
+    try:
+        wait_in_host(f"[ -n \"$(tr -d '\\0' < {main} 2>/dev/null)\" ]", 120)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n" + sh("systemctl status --no-pager sglang-double; "
+                                              "journalctl -u sglang-double --no-pager -n 40 -o cat", check=False)) from None
+    cmdline = sh(f"tr '\\0' ' ' < {main}")
     sh("systemctl stop sglang-double")
     leaks = {"stdout -vvv": KEY in out,
              "event log": KEY in log.read_text(), "cmdline": KEY in cmdline,

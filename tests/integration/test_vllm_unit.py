@@ -10,15 +10,12 @@ cycle, its engine killed, then a cycle through systemd's stop and start."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import ROOT, Run, built, orphaned_controllers, playbook, sh
+from conftest import Run, built, kill_orphaned_controllers, one_host_inventory, playbook, sh
 
 import lab as lablib  # lab/lab.py (tests/conftest.py puts lab/ on the path)
 
@@ -95,17 +92,11 @@ def vllm_host(tmp_path_factory: pytest.TempPathFactory):
     try:
         hostvars = lablib.start_host(NAME, HOST, SSH_PORT, HTTP_PORT, lablib.build_image(), key, read_only=mounts)
         lablib.wait_ssh(SSH_PORT, key)
-        hosts = {"all": {"children": {"inference": {"hosts": {HOST: hostvars}}}, "vars": {"ansible_ssh_private_key_file": str(key)}}}
-        (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-        (inventory / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
+        one_host_inventory(inventory, HOST, hostvars, str(key))
         yield VllmHost(inventory, found)
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "2", NAME], capture_output=True, timeout=120, check=False)
-        for pid in orphaned_controllers(str(inventory)):  # a cycle killed by its timeout leaves its workers
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_orphaned_controllers(str(inventory))  # a cycle killed by its timeout leaves its workers
 
 
 def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
