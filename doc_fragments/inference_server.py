@@ -20,4 +20,10 @@ options:
     default: []
   validate_certs: {description: Verify TLS certificates., type: bool, default: true}
   timeout: {description: Seconds each HTTP request may take., type: float, default: 30}
+  unit:
+    description:
+      - The server's systemd unit. Where the engine's release needs the server to run with a flag, an environment or a
+        loopback address (vLLM), what it really runs with is read from this unit's main process; without it, that is
+        unknown and the release is not supported.
+    type: str
 """

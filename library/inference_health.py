@@ -33,7 +33,8 @@ options:
   probe:
     description:
       - C(liveness) asks the engine's cheap health endpoint.
-      - C(readiness) asks the endpoint that proves the server can serve (SGLang C(/health_generate) runs a 1-token generation).
+      - C(readiness) asks the endpoint that proves the server can serve (SGLang C(/health_generate) runs a 1-token generation;
+        vLLM's C(/health) answers 200 with a stalled engine and during its own SIGTERM drain, so a 1-token completion follows it).
       - C(completion) sends O(prompt) to C(/v1/completions) with temperature 0 and checks the answer holds O(expect).
       - C(load) reads running + queued requests from the metrics endpoint (for draining).
     type: str
@@ -290,7 +291,7 @@ from ansible.module_utils.bc_health import (
     request,
     startup_phases,
 )
-from ansible.module_utils.bc_host import CommandError, check_timeout, redact, unit_show
+from ansible.module_utils.bc_host import CommandError, check_timeout, main_process, redact, unit_show
 from ansible.module_utils.bc_host import run as host_run
 
 DEFAULT_PROMPT = "2+2="
@@ -332,19 +333,6 @@ def unit_facts(module: AnsibleModule, unit: str, engine: str | dict[str, Any], l
             stage, stage_line, failure = journal_stage(out.splitlines(), engine, failures_since)
             facts.update(stage=stage, stage_line=stage_line, journal_failure=failure)
     return state, facts
-
-
-def server_environ(unit: str) -> str:
-    """The running main process's environment (NUL-separated), or "" when it cannot be read."""
-    try:
-        rc, out, _err = host_run(["systemctl", "show", "-p", "MainPID", "--value", "--", unit], 15)
-        pid = int(out.strip() or 0) if rc == 0 else 0
-        if pid > 0:
-            with open("/proc/%d/environ" % pid, encoding="utf-8", errors="replace") as fh:
-                return fh.read()
-    except (CommandError, OSError, ValueError):
-        pass
-    return ""
 
 
 def validate(module: AnsibleModule) -> None:
@@ -396,17 +384,17 @@ SPEC: dict[str, Any] = {
 }
 
 
-def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) -> tuple[HttpResult, str | None, HttpResult | None]:
-    """The probe's HTTP exchange, the answer a completion must contain (None for the others) and, for a
-    load probe of an engine whose scheduler count misses its front end, that front end's gauges."""
+def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float
+        ) -> tuple[HttpResult, str | None, HttpResult | None, str]:
+    """The probe's HTTP exchange, the answer a completion must contain (None for the others), for a load probe
+    of an engine whose scheduler count misses its front end that front end's count (its `frontend_gauge` path),
+    and how the exchange is judged ("completion" or "status"). A readiness probe of an engine whose liveness
+    answers 200 whatever its engine does (`readiness_generates`) is a 1-token completion once that answers 200."""
     p = module.params
     if p["probe"] == "completion":
         prompt = DEFAULT_PROMPT if p["prompt"] is None else p["prompt"]
         expect = DEFAULT_EXPECT if p["expect"] is None and p["prompt"] is None else p["expect"]
-        payload: dict[str, Any] = {"prompt": prompt, "max_tokens": p["max_tokens"], "temperature": 0}
-        if p["model"]:
-            payload["model"] = p["model"]
-        return http(module, "POST", base + prof["completion_path"], timeout, payload), expect, None
+        return complete(module, prof, base, timeout, prompt, p["max_tokens"]), expect, None, "completion"
     if p["probe"] == "load":
         answer = http(module, "GET", base + prof["load_path"], timeout)
         if answer.status == 200 and prof.get("load_confirm_s"):
@@ -415,14 +403,26 @@ def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float) 
                 time.sleep(prof["load_confirm_s"])
                 answer = http(module, "GET", base + prof["load_path"], timeout)
         # read after the scheduler's count: a request that left the front end since was counted there
-        gauges = http(module, "GET", base + prof["metrics_path"], timeout) if prof.get("frontend_gauge") else None
-        return answer, None, gauges
+        front = prof.get("frontend_gauge")
+        gauges = http(module, "GET", base + front.get("path", prof["metrics_path"]), timeout) if front else None
+        return answer, None, gauges, "status"
     path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
-    return http(module, "GET", base + path, timeout), None, None
+    answer = http(module, "GET", base + path, timeout)
+    if p["probe"] == "readiness" and prof.get("readiness_generates") and answer.status == 200:
+        return complete(module, prof, base, timeout, DEFAULT_PROMPT, 1), None, None, "completion"
+    return answer, None, None, "status"
+
+
+def complete(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float, prompt: str,
+             max_tokens: int) -> HttpResult:
+    payload: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if module.params["model"]:
+        payload["model"] = module.params["model"]
+    return http(module, "POST", base + prof["completion_path"], timeout, payload)
 
 
 def judge(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, unit_state: dict[str, Any] | None,
-          jfacts: dict[str, Any], expect: str | None) -> tuple[dict[str, Any], bool]:
+          jfacts: dict[str, Any], expect: str | None, kind: str = "status") -> tuple[dict[str, Any], bool]:
     """The result of the exchange (bc_health.classify), and whether the unit is not running. A load
     probe of a server that is not running has nothing in flight: a known zero, not unknown."""
     not_running = p["probe"] == "load" and unit_state is not None and unit_state.get("ActiveState") in ("inactive", "failed")
@@ -431,16 +431,17 @@ def judge(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, unit_stat
         return {"ready": False, "failed": False, "phase": "down", "http_status": answer.status,
                 "latency_ms": round(answer.latency_ms, 1), "reason": "unit %s is %s: nothing in flight"
                 % (p["unit"], unit_state.get("ActiveState"))}, True  # type: ignore[union-attr]
-    return classify(prof, "completion" if p["probe"] == "completion" else "status", answer,
+    return classify(prof, kind, answer,
                     unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect), False
 
 
 def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not_running: bool,
-                gauges: HttpResult | None = None) -> dict[str, Any]:
+                gauges: HttpResult | None = None, argv: list[str] | None = None) -> dict[str, Any]:
     """in_flight (and per metric) of a load probe; unknown is not zero: no gauges, an error status or
     no answer leaves in_flight null, with why. Where the engine's scheduler count misses its front end
-    (`frontend_gauge`), in_flight is the larger of the two (a request in the scheduler is in the front
-    end's count too), and a front end that cannot be read leaves it unknown."""
+    (`frontend_gauge`: answered in `gauges`, believed only where the server's command line `argv` shows what
+    makes it count), in_flight is the larger of the two (a request in the scheduler is in the front end's count
+    too), and a front end that cannot be read leaves it unknown."""
     if not_running:
         total, each = 0.0, {}
     else:
@@ -453,17 +454,16 @@ def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not
             + (" without %s (metrics off?)" % ", ".join(prof.get("load_json") or prof["inflight_metrics"])
                if answer.status == 200 else ""))
     elif gauges is not None and not not_running:
-        metric = prof["frontend_gauge"]["metric"]
-        front = front_end(gauges.body, prof) if gauges.status == 200 else None
+        spec = prof["frontend_gauge"]
+        if gauges.status == 200:
+            front, why = front_end(gauges.body, prof, argv)
+        else:
+            got = "HTTP %s" % gauges.status if gauges.status else gauges.error
+            front, why = None, "%s answered %s" % (spec.get("path", prof["metrics_path"]), got)
         if front is not None:
-            each["front end (%s)" % metric] = front
+            each["front end (%s)" % (spec.get("metric") or spec["path"])] = front
             out["in_flight"] = max(total, front)
         else:
-            if gauges.status == 200:
-                why = ("%s is not in %s (the server runs without enable_metrics: set bc_engine_settings.enable_metrics: true)"
-                       % (metric, prof["metrics_path"]))
-            else:
-                why = "%s answered %s" % (prof["metrics_path"], "HTTP %s" % gauges.status if gauges.status else gauges.error)
             out["in_flight"] = None
             out["in_flight_unknown"] = "the requests in %s's front end are not counted: %s" % (p["engine"], why)
     return out
@@ -478,19 +478,20 @@ def main() -> None:
     except ValueError as err:
         module.fail_json(msg="engine_version: %s" % err)
     base = p["url"].rstrip("/")
-    if p["unit"]:
-        prof = with_health_timeout(prof, server_environ(p["unit"]))
+    # what the server really runs with (its main process), read once: its health-check timeout and its flags
+    server = main_process(p["unit"]) if p["unit"] else None
+    prof = with_health_timeout(prof, server["environ"] if server else None)
     timeout = max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"]
     if p["deadline"] is not None:  # the wait overruns its deadline by at most this one request
         timeout = max(1.0, min(timeout, p["deadline"] - time.time()))
     started = time.monotonic()
-    answer, expect, gauges = ask(module, prof, base, timeout)
+    answer, expect, gauges, kind = ask(module, prof, base, timeout)
     unit_state, jfacts = (None, {"journal_failure": ""})
     if p["unit"]:
         unit_state, jfacts = unit_facts(module, p["unit"], prof, p["journal_lines"],
                                         read_journal=answer.status != 200 or p["probe"] == "load",
                                         failures_since=p["failures_since"])
-    result, not_running = judge(p, prof, answer, unit_state, jfacts, expect)
+    result, not_running = judge(p, prof, answer, unit_state, jfacts, expect, kind)
     result.update(changed=False, url=base, host_time=round(time.time(), 3))
     if profile_note:
         result["profile_note"] = profile_note
@@ -501,7 +502,7 @@ def main() -> None:
     if unit_state is not None:
         result.update(jfacts, unit_state=unit_state)
     if p["probe"] == "load" and not result["failed"]:
-        result.update(load_fields(p, prof, answer, not_running, gauges))
+        result.update(load_fields(p, prof, answer, not_running, gauges, server["argv"] if server else None))
     elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:

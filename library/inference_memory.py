@@ -165,9 +165,16 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import HttpResult, request
-from ansible.module_utils.bc_host import HEARTBEAT_OPTION, CommandError, beat_for, check_timeout, redact
+from ansible.module_utils.bc_host import (
+    HEARTBEAT_OPTION,
+    CommandError,
+    beat_for,
+    check_timeout,
+    main_process,
+    redact,
+)
 from ansible.module_utils.bc_host import gpus as host_gpus
-from ansible.module_utils.bc_release import SERVER_SPEC, Release, ReleaseError, server_keys
+from ansible.module_utils.bc_release import SERVER_SPEC, Release, ReleaseError, server_keys, server_problem
 
 
 def free_mib(module: AnsibleModule, smi: str | None) -> int | None:
@@ -284,6 +291,10 @@ def main() -> None:
     def http(method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> HttpResult:
         return request(method, base + path, timeout, payload, server_keys(p), p["validate_certs"])
 
+    if p["state"] == "released":  # what the running server takes, read from its main process where the engine says
+        problem = server_problem(prof.get("release") or {}, p["engine"], main_process(p["unit"]) if p["unit"] else None)
+        if problem:
+            module.fail_json(msg="%s: nothing was released: %s" % (base, problem), server_state="serving", steps=[])
     if module.check_mode:  # what would be: released (and the caller resumes it), or serving again
         module.exit_json(changed=True, server_state="released" if p["state"] == "released" else "serving", steps=[],
                          released=p["state"] == "released", fell_back=False,

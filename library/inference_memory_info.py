@@ -64,7 +64,7 @@ why:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import request
-from ansible.module_utils.bc_host import check_timeout, redact
+from ansible.module_utils.bc_host import check_timeout, main_process, redact
 from ansible.module_utils.bc_release import SERVER_SPEC, server_keys, support
 
 
@@ -81,7 +81,7 @@ def main() -> None:
     rel = prof.get("release")
     answer = (request("GET", p["url"].rstrip("/") + rel["info_path"], p["timeout"], None, server_keys(p), p["validate_certs"])
               if rel else None)
-    result = support(prof, p["engine"], answer)
+    result = support(prof, p["engine"], answer, main_process(p["unit"]) if p["unit"] else None)
     result["why"] = redact(result["why"], server_keys(p))
     module.exit_json(changed=False, **result)
 

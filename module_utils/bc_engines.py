@@ -100,7 +100,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         # 0.5.16:2426). The drain counts it, less the requests that are not work: health checks (a load
         # balancer's, during the pause too), scrapes, the drain's own reads and the control endpoints. Without
         # it the front end is unknown, and unknown is not zero
-        "frontend_gauge": {"metric": "sglang:http_requests_active",
+        "frontend_gauge": {"metric": "sglang:http_requests_active", "setting": "enable_metrics",
                            "not_work": ["/health", "/health_generate", "/ready", "/metrics", "/v1/loads", "/get_load",
                                         "/server_info", "/get_server_info", "/model_info", "/get_model_info",
                                         "/v1/models", "/pause_generation", "/continue_generation",
@@ -222,6 +222,8 @@ ENGINES: dict[str, dict[str, Any]] = {
             # how long SIGTERM waits for requests in flight (engine/arg_utils.py of 0.32: "0 = abort", the default:
             # the API server aborts them at once, seen under the lab's systemd: "EngineCore: start mode=abort timeout=0s")
             "shutdown_timeout": "--shutdown-timeout",
+            # the API server's own count of the requests it holds, at GET /load (frontend_gauge below)
+            "enable_server_load_tracking": "--enable-server-load-tracking",
         },
         "readiness_path": "/health",
         "liveness_path": "/health",
@@ -233,10 +235,25 @@ ENGINES: dict[str, dict[str, Any]] = {
         "status_phase": {200: "ready", 503: "failed"},
         # a request to a dead engine: HTTP 500 with EngineDeadError's words (v1/engine/exceptions.py:16 of 0.32,
         # seen on the real CPU server after its EngineCore was SIGKILLed): never a server still loading
-        "body_phase": {"EngineCore encountered an issue": "failed"},
+        # and once SIGTERM began its own drain (--shutdown-timeout), every new request answers 500 with the
+        # executor's words while /health still answers 200 (seen on the real 0.32 CPU server for 5 s): stopping
+        "body_phase": {"EngineCore encountered an issue": "failed",
+                       "cannot schedule new futures after shutdown": "stopping"},
+        # /health answers 200 whatever the engine does (check_health raises only on EngineDeadError): a stalled
+        # EngineCore and vLLM's own SIGTERM drain both answer 200. Ready is a 1-token completion answered after it
+        # (as SGLang's /health_generate generates inside the server)
+        "readiness_generates": True,
         "min_timeout_s": 5,
         "inflight_metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"],
         "load_path": "/metrics",
+        # the vllm: gauges are the engine's last report: with its EngineCore stopped (SIGSTOP) and two requests
+        # open they read 0 and 0 (seen on the real 0.32 CPU server), so a drain would end early. The API server's
+        # own count is GET /load {"server_load": N} (entrypoints/serve/instrumentator/basic.py:31-50 of 0.32),
+        # +1 when a generation route is entered and -1 once its answer is sent (serve/utils/api_utils.py:105-141);
+        # it read 2 there. It counts only with --enable-server-load-tracking and reads 0 without it
+        # (launchers/api_server/app_state.py:175-176), so the server's command line must show the flag
+        "frontend_gauge": {"path": "/load", "json": "server_load", "setting": "enable_server_load_tracking",
+                           "needs_flag": "--enable-server-load-tracking"},
         # the API server (python -m vllm.entrypoints.openai.api_server, or the `vllm` CLI), the engine
         # core and the tensor-parallel workers (v1/executor/multiproc_executor.py: VLLM::Worker_TP<n>)
         "processes": {"modules": ["vllm.entrypoints.openai.api_server"], "executables": ["vllm"],
@@ -254,16 +271,31 @@ ENGINES: dict[str, dict[str, Any]] = {
             [r"Graph capturing finished in (\d+) secs", "Captured CUDA graph ({0} s)"],
             [r"Application startup complete", "Ready"],
         ],
-        # sleep mode (--enable-sleep-mode; the routes exist only with VLLM_SERVER_DEV_MODE=1): POST /sleep?level=1
-        # offloads the weights to host RAM and drops the KV cache, POST /wake_up brings both back, GET /is_sleeping.
-        # From vLLM's docs/features/sleep_mode.md only: not run here, so the cycle never picks it by
-        # itself (how much a sleep frees is not known before it); bc_stop_policy=release may ask for it
+        # free the GPU in place: the KV cache only, the weights kept where they are (level-1 sleep would move them
+        # to host RAM, hundreds of GB for a 1T model). Read from vLLM 0.32 (the release is not run here: the CPU build
+        # has no sleep mode, platforms/interface.py is_sleep_mode_available; config/model.py:655 refuses to start):
+        #  - POST /release_kv_cache_memory (entrypoints/serve/dev/sleep/api_router.py:37-41) discards the KV cache
+        #    and requires a completed pause first (v1/engine/core.py:1021-1038): POST /pause?mode=abort
+        #    (entrypoints/rl/online/api_router.py:31-71); POST /wake_up?tags=kv_cache brings it back and resumes the
+        #    scheduler once everything is resident (core.py:1010-1019); POST /resume (api_router.py:75-91) continues
+        #    a pause, and is a no-op when not paused (core.py:2250-2262)
+        #  - the routes need --enable-sleep-mode (the cumem allocator) and exist only with VLLM_SERVER_DEV_MODE=1
+        #    (launchers/api_server/routers.py:40-47), which also exposes /update_weights, /init_weight_transfer_engine
+        #    and the rest of the RL and dev routes; the API key guards only /v1, /v2, /inference and /cohere
+        #    (serve/middleware/authenticate.py:11, 59): so a release is taken only from a server that listens on
+        #    loopback (what it runs with is read from its main process, never from its unit file or /is_sleeping,
+        #    which answers 200 without sleep mode)
         "release": {
-            "setting": "enable_sleep_mode", "env": {"VLLM_SERVER_DEV_MODE": "1"},
+            "setting": "enable_sleep_mode", "needs_flag": "--enable-sleep-mode",
+            "needs_env": {"VLLM_SERVER_DEV_MODE": "1"},
+            "loopback_only": {"host_flag": "--host",
+                              "why": "VLLM_SERVER_DEV_MODE=1 serves /sleep, /pause, /update_weights and the other dev "
+                                     "routes there without the API key (middleware/authenticate.py guards /v1 only)"},
             "info_path": "/is_sleeping", "info_saver": None, "info_releasable_gib": None,
-            "steps": {"pause": None, "release": ["/sleep?level=1", None],
-                      "resume": ["/wake_up", None], "continue": None},
-            "tested": "no: read from the vLLM sources, never run against a vLLM server here",
+            "steps": {"pause": ["/pause?mode=abort", None], "release": ["/release_kv_cache_memory", None],
+                      "resume": ["/wake_up?tags=kv_cache", None], "continue": ["/resume", None]},
+            "tested": "no: read from the vLLM 0.32 sources (its CPU build has no sleep mode), never run against a GPU "
+                      "server here",
         },
         "failure": [r"EngineCore failed to start", r"RuntimeError: Engine core initialization failed"],
     },
@@ -284,7 +316,9 @@ VERSIONS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
          "srt/entrypoints/http_server.py:714, observability/metrics_collector.py:1842"),
     ],
     "llamacpp": [("0.3.36", {}, "llama.cpp vendored in llama-cpp-python 0.3.36: tools/server, common/arg.cpp")],
-    "vllm": [("0.33", {}, "entrypoints/serve/instrumentator/health.py, v1/executor/multiproc_executor.py")],
+    "vllm": [("0.32", {}, "the real 0.32.0 CPU build (tests/integration/test_vllm.py, test_vllm_unit.py); "
+                          "entrypoints/serve/instrumentator/basic.py, dev/sleep/api_router.py, rl/online/api_router.py"),
+             ("0.33", {}, "entrypoints/serve/instrumentator/health.py, v1/executor/multiproc_executor.py")],
 }
 
 
@@ -353,22 +387,19 @@ def profile(engine: str | dict[str, Any]) -> dict[str, Any]:
         ) from None
 
 
-def with_health_timeout(prof: dict[str, Any], environ: str) -> dict[str, Any]:
+def with_health_timeout(prof: dict[str, Any], environ: dict[str, str] | None) -> dict[str, Any]:
     """`prof` with its health-check timings scaled to the health-check timeout the running server has
-    (its NUL-separated /proc/PID/environ; the engine's default when it sets none): a probe waits
-    longer than the server's own health check, and a 503 that took three quarters of it is a hung
+    (its environment, bc_host.main_process; the engine's default when it sets none or was not read): a probe
+    waits longer than the server's own health check, and a 503 that took three quarters of it is a hung
     scheduler, not a warmup. A profile without the setting is returned as it is."""
     spec = prof.get("health_timeout_env")
     if not spec:
         return prof
     name, default = spec
-    value = float(default)
-    for entry in (environ or "").split("\x00"):
-        if entry.startswith(name + "="):
-            try:
-                value = float(entry.split("=", 1)[1])
-            except ValueError:
-                pass
+    try:
+        value = float((environ or {}).get(name, default))
+    except ValueError:
+        value = float(default)
     if not 0 < value < 3600:
         value = float(default)
     return dict(prof, min_timeout_s=value + 5, hung_503_after_s=round(value * 0.75, 2), health_timeout_s=value)

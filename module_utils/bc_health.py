@@ -18,6 +18,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.bc_engines import profile
+from ansible.module_utils.bc_host import flag_on
 from ansible.module_utils.urls import open_url
 
 UNIT_PROPERTIES = (
@@ -183,18 +184,39 @@ def in_flight(metrics_text: str, engine: str | dict[str, Any]) -> tuple[float | 
     return (sum(each.values()) if each else None), each
 
 
-def front_end(metrics_text: str, engine: str | dict[str, Any]) -> float | None:
-    """The requests the server's HTTP front end holds that are work (the profile's `frontend_gauge`:
-    its live gauge summed over every endpoint but those that are not work), or None when the gauge is
-    not in `metrics_text` (metrics off, another version, another answer)."""
+def front_end(body: str, engine: str | dict[str, Any], argv: list[str] | None = None) -> tuple[float | None, str]:
+    """(count, why): the requests the server's HTTP front end holds that are work, from the profile's
+    `frontend_gauge`, `body` being the answer of its path (the metrics path unless it names one): a live
+    Prometheus gauge summed over every endpoint but those that are not work (`metric`), or a JSON count
+    (`json`). None with why when it is not there or not to be believed: off, another version, a value that
+    is no count, or (`needs_flag`) a server whose command line `argv` does not show the flag that makes it count
+    (None: not read)."""
     gauge = profile(engine).get("frontend_gauge")
     if not gauge:
-        return None
-    samples = parse_prometheus(metrics_text).get(gauge["metric"])
-    if samples is None:
-        return None
-    work = [value for labels, value in samples if labels.get("endpoint") not in gauge["not_work"]]
-    return sum(work) if all(math.isfinite(v) and v >= 0 for v in work) else None
+        return None, "the engine has no front-end count"
+    turn_on = "set bc_engine_settings.%s: true (it applies at the unit's next restart)" % gauge["setting"]
+    if gauge.get("needs_flag"):
+        if argv is None:
+            return None, ("whether the server runs with %s is unknown: its command line was not read (give the "
+                          "probe its unit)" % gauge["needs_flag"])
+        if not flag_on(argv, gauge["needs_flag"]):
+            return None, "the server runs without %s, and its count then always reads 0: %s" % (gauge["needs_flag"], turn_on)
+    if gauge.get("json"):
+        try:
+            work = [json_path(json.loads(body), gauge["json"])]
+        except ValueError:
+            work = [None]
+        where = "%s in %s" % (gauge["json"], gauge["path"])
+    else:
+        samples = parse_prometheus(body).get(gauge["metric"])
+        if samples is None:
+            return None, "%s is not in the server's metrics (it runs without %s: %s)" % (
+                gauge["metric"], gauge["setting"], turn_on)
+        work = [value for labels, value in samples if labels.get("endpoint") not in gauge["not_work"]]
+        where = gauge["metric"]
+    if not all(v is not None and math.isfinite(v) and v >= 0 for v in work):
+        return None, "%s is not a count of requests: %s" % (where, work)
+    return float(sum(work)), ""  # type: ignore[arg-type]
 
 
 def startup_phases(metrics_text: str, engine: str | dict[str, Any]) -> dict[str, float]:
@@ -302,6 +324,10 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
         words = server_message(http.body) if http.body.strip() else ""
         return _fail(result, "the server answered HTTP %s, which this engine gives only when its engine is dead%s"
                      % (status, ": %s" % words if words else ""))
+    if phase == "stopping":  # its own drain after SIGTERM: it takes no new work, whatever its liveness says
+        result["phase"] = "stopping"
+        result["reason"] = "the server is shutting down and refuses new work (HTTP %s: %s)" % (status, server_message(http.body))
+        return result
     if phase != "ready":
         result["phase"] = phase or "loading"
         result["reason"] = "HTTP %s%s" % (status, "" if phase else " (not a status this engine uses while starting)")

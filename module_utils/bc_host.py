@@ -15,6 +15,7 @@ the event log) goes through `redact`.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import math
 import os
@@ -131,6 +132,61 @@ def parse_show(text: str, numbers: bool = False) -> dict[str, Any]:
         if sep:
             out[key] = int(value) if numbers and value.isdigit() else value
     return out
+
+
+def main_process(unit: str, timeout: float = 15, proc_root: str = "/proc") -> dict[str, Any] | None:
+    """The unit's running main process as the kernel shows it: pid, argv (its command line) and environ (a
+    dict), or None when there is none or it cannot be read (no unit, not running, gone meanwhile, not ours to read):
+    what a server really runs with, whatever its unit file says today."""
+    try:
+        pid = unit_show(unit, ("MainPID",), timeout, numbers=True).get("MainPID")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as fh:
+            raw_argv = fh.read()
+        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as fh:
+            raw_env = fh.read()
+    except (CommandError, OSError):
+        return None
+    argv = [a.decode("utf-8", "replace") for a in raw_argv.rstrip(b"\0").split(b"\0")] if raw_argv.strip(b"\0") else []
+    environ = dict(e.decode("utf-8", "replace").partition("=")[::2] for e in raw_env.split(b"\0") if b"=" in e)
+    return {"pid": pid, "argv": argv, "environ": environ} if argv else None
+
+
+def flag_on(argv: list[str], flag: str) -> bool:
+    """Whether a boolean `flag` is on in `argv`: the last of `--flag` and `--no-flag` given wins (argparse's
+    BooleanOptionalAction); `--flag=...` or absent is not known to be on."""
+    negated = "--no-" + flag[2:]
+    state = False
+    for arg in argv:
+        if arg == flag:
+            state = True
+        elif arg == negated:
+            state = False
+    return state
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `flag` in `argv` (`--flag V` or `--flag=V`, the last given), or None when absent (a flag that
+    follows it is not its value)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
+def loopback(host: str | None) -> bool:
+    """Whether a server told to listen on `host` is reachable from this machine only (127.0.0.0/8, ::1,
+    localhost); None (the server's default: every interface), "", 0.0.0.0 and any other address are not."""
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def owning_service(cgroup: str) -> str | None:

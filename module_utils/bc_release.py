@@ -18,6 +18,7 @@ from typing import Any
 
 from ansible.module_utils.bc_engines import ENGINES
 from ansible.module_utils.bc_health import HttpResult, in_flight, server_message
+from ansible.module_utils.bc_host import flag_on, flag_value, loopback
 
 
 class ReleaseError(Exception):
@@ -50,6 +51,7 @@ SERVER_SPEC: dict[str, Any] = {
     "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},
     "validate_certs": {"type": "bool", "default": True},
     "timeout": {"type": "float", "default": 30},
+    "unit": {"type": "str"},
 }
 
 
@@ -58,15 +60,48 @@ def server_keys(p: dict[str, Any]) -> list[str]:
     return [p["api_key"] or "", *p["api_key_fallbacks"]]
 
 
-def support(prof: dict[str, Any], engine: str, answer: HttpResult | None) -> dict[str, Any]:
+def server_problem(rel: dict[str, Any], engine: str, server: dict[str, Any] | None) -> str:
+    """Why the running server (`server`: bc_host.main_process, None when not read) cannot take the release's
+    routes, from what it really runs with: the flag that turns the release on (`needs_flag`), the environment
+    that exposes its routes (`needs_env`), and (`loopback_only`: routes outside the API key's guard) a listen
+    address that no one else can reach; "" when it can."""
+    if not any(rel.get(k) for k in ("needs_flag", "needs_env", "loopback_only")):
+        return ""
+    if server is None:
+        return ("whether %s runs with what a release needs is unknown: its main process was not read (give the unit; "
+                "a server answering its info route is not proof)" % engine)
+    argv, environ = server["argv"], server["environ"]
+    if rel.get("needs_flag") and not flag_on(argv, rel["needs_flag"]):
+        return ("%s runs without %s, so it cannot release: set bc_engine_settings.%s: true (it applies at the unit's "
+                "next restart)" % (engine, rel["needs_flag"], rel["setting"]))
+    missing = ["%s=%s" % kv for kv in (rel.get("needs_env") or {}).items() if environ.get(kv[0]) != kv[1]]
+    if missing:
+        return ("%s's release routes exist only with %s in its environment, which the running server lacks (set it in "
+                "bc_engine_env)" % (engine, ", ".join(missing)))
+    if rel.get("loopback_only"):
+        host = flag_value(argv, rel["loopback_only"]["host_flag"])
+        if not loopback(host):
+            return ("refused: %s listens on %s, and %s; bind the server to 127.0.0.1 (a proxy in front for the "
+                    "router), or let the cycle stop it (bc_stop_policy: stop)"
+                    % (engine, host or "every interface (no %s)" % rel["loopback_only"]["host_flag"],
+                       rel["loopback_only"]["why"]))
+    return ""
+
+
+def support(prof: dict[str, Any], engine: str, answer: HttpResult | None,
+            server: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the live server says about releasing its memory: `supported`, `saver_on`,
     `releasable_gib` (per GPU: the smallest rank's, None when the engine does not say) and `why`
-    when it cannot. `answer` is its info endpoint's reply (None: not asked)."""
+    when it cannot. `answer` is its info endpoint's reply (None: not asked); `server` its main process
+    (bc_host.main_process: argv and environ; None: not read), where the profile says what it must run with."""
     rel = prof.get("release")
     out: dict[str, Any] = {"supported": False, "saver_on": None, "releasable_gib": None, "why": "",
                            "setting": (rel or {}).get("setting")}
     if not rel:
         out["why"] = "%s cannot free its GPU memory in place (no release in its profile)" % engine
+        return out
+    out["why"] = server_problem(rel, engine, server)
+    if out["why"]:
         return out
     if answer is None or answer.status != 200:
         got = "no answer" if answer is None else ("HTTP %s" % answer.status if answer.status else answer.error)

@@ -3,7 +3,8 @@
 module (real ansible), the stop's process matcher, the completion's verdict. Then its EngineCore is killed, as a crash
 would end it, and what the project says about the dead engine is checked against what vLLM really answers.
 
-The cases run in order against one server (its start costs about a minute of CPU); the last ones end it."""
+The cases run in order against two servers (each start costs about a minute of CPU): the first is stalled, then
+ended by SIGTERM with a request in flight (vLLM's own drain); the second has its engine killed."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from ansible.module_utils.bc_engines import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/unit"))
+sys.path.insert(0, str(ROOT / "library"))
 
 from conftest import built
 from test_modules_adhoc import adhoc
@@ -66,16 +72,17 @@ class Server:
         return out
 
 
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory):
+@contextmanager
+def started(tmp: Path):
     found = built()
     script = Path(found["vllm_python"]).parent / "vllm"
-    port, log = free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log"
+    port, log = free_port(), tmp / "vllm.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    # as a unit starts it: the console script itself (the kernel runs it through its shebang's python)
+    # as a unit starts it: the console script itself (the kernel runs it through its shebang's python), with the
+    # API server's own count of its requests (the drain's) and a grace for requests in flight at SIGTERM
     argv = [str(script), "serve", found["vllm_model"], "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
-            "--dtype", "float32", "--served-model-name", "tiny"]
+            "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout", "30"]
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(proc, port, log, found["vllm_version"])
@@ -94,6 +101,47 @@ def vllm(tmp_path_factory: pytest.TempPathFactory):
         proc.wait(timeout=60)
 
 
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory: pytest.TempPathFactory):
+    with started(tmp_path_factory.mktemp("vllm")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def vllm_to_kill(tmp_path_factory: pytest.TempPathFactory):
+    with started(tmp_path_factory.mktemp("vllm-killed")) as server:
+        yield server
+
+
+def complete(server: Server, results: list, max_tokens: int, timeout: float = 300) -> threading.Thread:
+    """A completion in a thread of its own; its (status, body) lands in `results`."""
+    from ansible.module_utils.bc_health import request
+
+    payload = {"model": "tiny", "prompt": "2+2=", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    thread = threading.Thread(target=lambda: results.append(
+        request("POST", server.url + "/v1/completions", timeout, payload, [""], True)), daemon=True)
+    thread.start()
+    return thread
+
+
+def engine_core(server: Server) -> int:
+    return next(p["pid"] for p in server.children() if p["argv"] and p["argv"][0] == "VLLM::EngineCore")
+
+
+def module_probe(server: Server, probe: str, timeout: float = 5) -> dict:
+    """inference_health's own exchange and verdict (its ask and judge), in this process: a probe every fraction of a
+    second, where an ansible run costs seconds. The module's parameters are the ones its spec gives."""
+    from inference_health import SPEC, ask, judge
+
+    params = {k: v.get("default") for k, v in SPEC.items()}
+    params.update(url=server.url, engine="vllm", engine_version=server.version, probe=probe, timeout=timeout,
+                  model="tiny")
+    module = SimpleNamespace(params=params)
+    prof = resolve("vllm", server.version)[0]
+    answer, expect, _gauges, kind = ask(module, prof, server.url, timeout)  # type: ignore[arg-type]
+    return judge(params, prof, answer, None, {"journal_failure": ""}, expect, kind)[0]
+
+
 def health(server: Server, probe: str, **extra: object) -> dict:
     args = {"url": server.url, "engine": "vllm", "engine_version": server.version, "probe": probe, **extra}
     return adhoc("inference_health", args)
@@ -105,9 +153,11 @@ def test_a_real_vllm_is_ready_answers_and_reads_idle_through_the_projects_health
     answer = health(vllm, "completion", prompt="2+2=", expect="4", model="tiny", max_tokens=4)
     assert answer["ready"] and "4" in answer["answer"], answer
     load = health(vllm, "load")
-    # vllm:num_requests_running + vllm:num_requests_waiting, both read from the real /metrics
-    assert load["in_flight"] == 0 and set(load["in_flight_by_metric"]) >= {
-        "vllm:num_requests_running", "vllm:num_requests_waiting"}, load
+    # vllm:num_requests_running + vllm:num_requests_waiting, both read from the real /metrics; the API server's own
+    # count is believed only from a server whose command line was read (the unit's main process): without a unit,
+    # in-flight work is unknown, never 0
+    assert set(load["in_flight_by_metric"]) >= {"vllm:num_requests_running", "vllm:num_requests_waiting"}, load
+    assert load["in_flight"] is None and "command line was not read" in load["in_flight_unknown"], load
 
 
 def test_the_stop_recognises_every_process_of_the_real_server(vllm):
@@ -127,30 +177,109 @@ def test_the_stop_recognises_every_process_of_the_real_server(vllm):
     assert all("multiprocessing.resource_tracker" in " ".join(a) for a in unrecognised), unrecognised
 
 
-def test_a_dead_engine_is_judged_dead_at_once_with_vllms_own_words(vllm):
+def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
+    """The EngineCore stopped (SIGSTOP: a hung engine) with two completions open: /health still answers 200 and the
+    engine's own gauges are its last report (0 and 0 when this was first run); the project's drain counts the API
+    server's own count (/load, --enable-server-load-tracking, believed from the server's command line), and its
+    readiness asks the engine for a token."""
+    from ansible.module_utils.bc_health import in_flight, request
+    from inference_health import load_fields
+
+    prof = resolve("vllm", vllm.version)[0]
+    argv = next(p["argv"] for p in vllm.children() if p["pid"] == vllm.proc.pid)
+    engine, results = engine_core(vllm), []
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        threads = [complete(vllm, results, 64) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while True:  # both requests in the API server
+            front = request("GET", vllm.url + "/load", 5, None, [""], True)
+            if front.status == 200 and '"server_load":2' in front.body.replace(" ", ""):
+                break
+            assert time.monotonic() < deadline, "the API server never counted the two requests: %s" % front.body
+            time.sleep(0.2)
+        assert get(vllm.url + "/health") == 200  # vLLM's liveness does not see a stalled engine
+        metrics = request("GET", vllm.url + "/metrics", 5, None, [""], True)
+        engine_says, _each = in_flight(metrics.body, prof)
+        print("stalled EngineCore with 2 requests open: the engine's gauges say %s, /load says 2" % engine_says)
+        load = load_fields({"engine": "vllm"}, prof, metrics, False, front, argv)
+        assert load["in_flight"] is not None and load["in_flight"] >= 2, load
+        # read without the server's command line (no unit): unknown, never a zero
+        blind = load_fields({"engine": "vllm"}, prof, metrics, False, front, None)
+        assert blind["in_flight"] is None, blind
+        ready = module_probe(vllm, "readiness", timeout=3)
+        assert not ready["ready"] and not ready["failed"], ready  # no token in 3 s: not ready, and a wait goes on
+        assert all(t.is_alive() for t in threads), results
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    for thread in threads:
+        thread.join(timeout=300)
+    assert [r.status for r in results] == [200, 200], [(r.status, r.body[:200], r.error) for r in results]
+    assert module_probe(vllm, "readiness", timeout=30)["ready"]
+
+
+def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
+    """SIGTERM with a request in flight: with --shutdown-timeout, vLLM finishes it, and meanwhile /health answers 200
+    while each new request is refused with 500; the project's readiness says stopping throughout, never ready."""
+    results: list = []
+    engine = engine_core(vllm)
+    os.kill(engine, signal.SIGSTOP)  # the request held at its start, so that it is surely in flight at the SIGTERM
+    try:
+        thread = complete(vllm, results, 480)
+        deadline = time.monotonic() + 60
+        while '"server_load":1' not in (request_body(vllm.url + "/load")):
+            assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.body[:300]) for r in results]
+            time.sleep(0.05)
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    os.kill(vllm.proc.pid, signal.SIGTERM)
+    assert thread.is_alive(), results  # the request is in flight at the SIGTERM
+    seen = []
+    deadline = time.monotonic() + 120
+    while vllm.proc.poll() is None and time.monotonic() < deadline:
+        liveness = get(vllm.url + "/health", timeout=2)
+        verdict = module_probe(vllm, "readiness", timeout=5)
+        seen.append((liveness, verdict["phase"], verdict["ready"]))
+        time.sleep(0.1)
+    thread.join(timeout=60)
+    print("vLLM %s SIGTERM drain: (/health, readiness phase, ready) seen: %s" % (vllm.version, sorted(set(seen), key=str)))
+    assert vllm.proc.poll() is not None, "vLLM still runs 120 s after SIGTERM:\n" + vllm.tail()
+    assert not [s for s in seen if s[2]], seen  # never ready once the drain began
+    assert (200, "stopping", False) in seen, seen  # the window where /health alone would have said ready
+    assert results and results[0].status == 200, [(r.status, r.body[:300]) for r in results]  # drained, not aborted
+    assert vllm.proc.returncode == 0, vllm.tail()
+
+
+def request_body(url: str) -> str:
+    from ansible.module_utils.bc_health import request
+
+    return request("GET", url, 5, None, [""], True).body.replace(" ", "")
+
+
+def test_a_dead_engine_is_judged_dead_at_once_with_vllms_own_words(vllm_to_kill):
     from ansible.module_utils.bc_health import classify, request
 
-    engine = next(p["pid"] for p in vllm.children() if p["argv"] and p["argv"][0] == "VLLM::EngineCore")
+    engine = engine_core(vllm_to_kill)
     os.kill(engine, signal.SIGKILL)
     deadline = time.monotonic() + 120
-    while get(vllm.url + "/health") != 503:  # entrypoints/serve/instrumentator/health.py: 503 on EngineDeadError
-        assert time.monotonic() < deadline, "no 503 from /health within 120 s of the EngineCore's death:\n" + vllm.tail()
+    while get(vllm_to_kill.url + "/health") != 503:  # entrypoints/serve/instrumentator/health.py: 503 on EngineDeadError
+        assert time.monotonic() < deadline, "no 503 from /health within 120 s of the EngineCore's death:\n" + vllm_to_kill.tail()
         time.sleep(0.2)
     payload = {"model": "tiny", "prompt": "2+2=", "max_tokens": 4, "temperature": 0}
-    http = request("POST", vllm.url + "/v1/completions", 30, payload, [""], True)
+    http = request("POST", vllm_to_kill.url + "/v1/completions", 30, payload, [""], True)
     verdict = classify("vllm", "completion", http, None, None, expect="4")
     assert http.status == 500 and verdict["failed"], (http.status, http.body, verdict)
     assert "EngineCore encountered an issue" in verdict["reason"], verdict
 
 
-def test_the_api_server_exits_once_its_engine_is_dead_and_says_how(vllm):
+def test_the_api_server_exits_once_its_engine_is_dead_and_says_how(vllm_to_kill):
     """What a unit's Restart= policy sees: vLLM's API server ends by itself after its engine died. Its exit status is
     recorded (docs/engines.md); a status of 0 would never be restarted by Restart=on-failure."""
     try:
-        rc = vllm.proc.wait(timeout=120)
+        rc = vllm_to_kill.proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
-        pytest.fail("the API server still runs 120 s after its engine died:\n" + vllm.tail())
-    print("vLLM %s API server exit status after its EngineCore was SIGKILLed: %d" % (vllm.version, rc))
+        pytest.fail("the API server still runs 120 s after its engine died:\n" + vllm_to_kill.tail())
+    print("vLLM %s API server exit status after its EngineCore was SIGKILLed: %d" % (vllm_to_kill.version, rc))
     # the unit's Restart= must restart a server that ends this way (roles/service_unit/vars/main.yml)
     import yaml
 

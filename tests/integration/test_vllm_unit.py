@@ -5,12 +5,13 @@ own (roles/service_unit: `vllm serve`, Restart=always); the stop is systemd's SI
 is the project's probes against vLLM's own /health and /v1/completions.
 
 The cases run in order against one host (each vLLM start costs a minute or two of CPU here): installed by a
-cycle, its engine killed, then a cycle through systemd's stop and start."""
+cycle, its engine killed, its engine stalled under a cycle's drain, then a cycle through systemd's stop and start."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -38,7 +39,7 @@ class VllmHost:
             "bc_engine_python": found["vllm_python"],
             "bc_engine_settings": {"model_path": found["vllm_model"], "served_model_name": "lab-tiny", "host": "0.0.0.0",
                                    "context_length": 512, "dtype": "float32", "enforce_eager": True,
-                                   "shutdown_timeout": 20},
+                                   "shutdown_timeout": 20, "enable_server_load_tracking": True},
             # vLLM's CPU build: a 1 GiB KV cache, no thread pinning in a container, offline, no usage report
             "bc_engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1",
                               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
@@ -104,7 +105,8 @@ def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     assert run.rc == 0, run.out[-4000:]
     unit = in_host(f"cat /etc/systemd/system/{UNIT}.service")
     assert f"{Path(vllm_host.found['vllm_python']).parent}/vllm serve" in unit and "Restart=always" in unit, unit
-    assert all(flag in unit for flag in ("--dtype float32", "--enforce-eager", "--max-model-len 512", "--shutdown-timeout 20")), unit
+    assert all(flag in unit for flag in ("--dtype float32", "--enforce-eager", "--max-model-len 512", "--shutdown-timeout 20",
+                                   "--enable-server-load-tracking")), unit
     assert vllm_host.show("ActiveState") == "active"
     answer = vllm_host.completion()
     assert "4" in answer["choices"][0]["text"], answer
@@ -132,6 +134,40 @@ def test_an_engine_that_dies_is_restarted_by_the_units_policy(vllm_host):
         time.sleep(2)
     assert vllm_host.show("ActiveState") == "active"
     assert "4" in vllm_host.completion()["choices"][0]["text"]
+
+
+def test_a_cycle_never_stops_a_vllm_whose_stalled_engine_still_holds_requests(vllm_host):
+    """The EngineCore stopped (SIGSTOP: a hung engine) with two requests open from a client. vLLM's /health answers 200
+    and its engine gauges read 0 (test_vllm.py); the drain reads the API server's own count and waits, and at its
+    deadline (abort) the cycle fails without stopping the service: nothing in flight is cut."""
+    from ansible.module_utils.bc_health import request
+
+    vllm_host.serving()
+    main = vllm_host.show("MainPID")
+    engine = next((pid for pid, _, name in vllm_host.processes() if name == "VLLM::EngineCore"), None)
+    assert engine, vllm_host.processes()
+    results: list = []
+    payload = {"model": "lab-tiny", "prompt": "2+2=", "max_tokens": 16, "temperature": 0}
+    url = "http://127.0.0.1:%d/v1/completions" % HTTP_PORT
+    in_host(f"kill -STOP {engine}")
+    try:
+        threads = [threading.Thread(target=lambda: results.append(request("POST", url, 900, payload, [""], True)),
+                                    daemon=True) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        run = playbook("benchmark_cycle.yml", extra_vars=dict(vllm_host.vars, bc_drain_deadline_s=10), timeout=1800,
+                       inventory=str(vllm_host.inventory))
+        assert run.rc != 0, run.out[-4000:]
+        assert "drain deadline passed: 2.0 request(s) still in flight" in run.out or \
+            "drain deadline passed: 2 request(s) still in flight" in run.out, run.out[-4000:]
+        assert "The service was not stopped" in run.out, run.out[-4000:]
+        assert vllm_host.show("MainPID") == main and vllm_host.show("ActiveState") == "active"
+        assert all(t.is_alive() for t in threads), results  # still waiting on the stalled engine, never cut
+    finally:
+        in_host(f"kill -CONT {engine}", check=False)
+    for thread in threads:
+        thread.join(timeout=600)
+    assert [r.status for r in results] == [200, 200], [(r.status, r.body[:200], r.error) for r in results]
 
 
 def test_a_cycle_stops_the_real_vllm_through_systemd_and_brings_it_back(vllm_host):

@@ -171,15 +171,67 @@ IDLE_SNAPSHOT = json.dumps({"timestamp": "2026-12-02T01:00:00", "version": "0.5.
 
 
 def test_the_front_end_counts_work_and_never_health_checks_scrapes_or_control_calls():
-    assert front_end(FRONT, "sglang") == 2.0
+    assert front_end(FRONT, "sglang") == (2.0, "")
     assert front_end(FRONT.replace("} 1.0\nsglang:http_requests_active{endpoint=\"/v1/chat", "} 0.0\nsglang:http_requests_active"
-                                   "{endpoint=\"/v1/chat"), "sglang") == 1.0
+                                   "{endpoint=\"/v1/chat"), "sglang")[0] == 1.0
     # an endpoint the profile does not know is work: unknown never reads as idle
-    assert front_end('sglang:http_requests_active{endpoint="/v1/rerank",method="POST"} 1.0\n', "sglang") == 1.0
-    # no such gauge (metrics off, a server that is not SGLang): unknown, not zero
-    assert front_end(METRICS, "sglang") is None and front_end("", "sglang") is None
-    assert front_end('sglang:http_requests_active{endpoint="/generate",method="POST"} NaN\n', "sglang") is None
-    assert front_end(FRONT, "llamacpp") is None  # no front-end gauge in that profile
+    assert front_end('sglang:http_requests_active{endpoint="/v1/rerank",method="POST"} 1.0\n', "sglang")[0] == 1.0
+    # no such gauge (metrics off, a server that is not SGLang): unknown, not zero, and the setting named
+    assert front_end(METRICS, "sglang")[0] is None and "enable_metrics: true" in front_end("", "sglang")[1]
+    assert front_end('sglang:http_requests_active{endpoint="/generate",method="POST"} NaN\n', "sglang")[0] is None
+    assert front_end(FRONT, "llamacpp")[0] is None  # no front-end gauge in that profile
+
+
+# what the real vLLM 0.32 answered with its EngineCore stopped (SIGSTOP) and two completions open
+# (docs/engines.md): its engine gauges are the engine's last report, its /load the API server's own count
+VLLM_STALLED_METRICS = ('vllm:num_requests_running{engine="0",model_name="tiny"} 0.0\n'
+                        'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0\n')
+VLLM_ARGV = ["/opt/vllm/bin/python3", "/opt/vllm/bin/vllm", "serve", "/m", "--host", "127.0.0.1",
+             "--enable-server-load-tracking"]
+
+
+@pytest.mark.parametrize(("body", "argv", "count", "why"), [
+    ('{"server_load":2}', VLLM_ARGV, 2.0, ""),
+    ('{"server_load":0}', VLLM_ARGV, 0.0, ""),
+    # without the flag vLLM's count is never moved and reads 0 (launchers/api_server/app_state.py:175-176)
+    ('{"server_load":0}', VLLM_ARGV[:-1], None, "set bc_engine_settings.enable_server_load_tracking: true"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--no-enable-server-load-tracking"], None, "runs without"),
+    ('{"server_load":0}', None, None, "command line was not read"),  # no unit given: unknown, never 0
+    ('{"server_load":-1}', VLLM_ARGV, None, "not a count"),
+    ('{"server_load":true}', VLLM_ARGV, None, "not a count"),
+    ('{"load":0}', VLLM_ARGV, None, "not a count"),
+    ("Internal Server Error", VLLM_ARGV, None, "not a count"),
+])
+def test_vllms_front_end_count_is_believed_only_from_a_server_that_counts(body, argv, count, why):
+    got, reason = front_end(body, "vllm", argv)
+    assert got == count and why in reason, (got, reason)
+
+
+def test_a_stalled_vllm_engine_is_never_read_as_idle():
+    """The engine's gauges say 0 and 0 while two requests wait on a stopped EngineCore: the drain counts the larger
+    of the engine's and the API server's own count, and without the latter it does not know."""
+    from inference_health import load_fields
+
+    prof, p = resolve("vllm", "0.32")[0], {"engine": "vllm"}
+    busy = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":2}'), VLLM_ARGV)
+    assert busy["in_flight"] == 2.0 and busy["in_flight_by_metric"]["front end (/load)"] == 2.0, busy
+    idle = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":0}'), VLLM_ARGV)
+    assert idle["in_flight"] == 0.0
+    blind = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":0}'), VLLM_ARGV[:-1])
+    assert blind["in_flight"] is None and "enable_server_load_tracking" in blind["in_flight_unknown"], blind
+    gone = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, HttpResult(404, "Not Found"), VLLM_ARGV)
+    assert gone["in_flight"] is None and "/load answered HTTP 404" in gone["in_flight_unknown"], gone
+
+
+def test_vllms_own_drain_is_stopping_never_ready_or_dead():
+    """Once SIGTERM began vLLM's drain (--shutdown-timeout) /health still answers 200 and each new request 500 with
+    these words (the real 0.32 server, for 5 s): the readiness, which asks a completion of vLLM, says stopping."""
+    body = ('{"error":{"message":"cannot schedule new futures after shutdown","type":"InternalServerError",'
+            '"param":null,"code":500}}')
+    got = classify("vllm", "completion", HttpResult(500, body), None)
+    assert not got["ready"] and not got["failed"] and got["phase"] == "stopping", got
+    assert "cannot schedule new futures after shutdown" in got["reason"]
+    assert resolve("vllm", "0.32")[0]["readiness_generates"] is True
 
 
 def gauges(body: str, status: int = 200) -> HttpResult:
@@ -280,8 +332,9 @@ def test_a_health_check_that_timed_out_is_not_fatal_and_old_lines_are_history():
 
 
 @pytest.mark.parametrize(("environ", "hung", "wait"), [
-    ("", 15.0, 25.0), ("PATH=/bin\x00SGLANG_HEALTH_CHECK_TIMEOUT=8\x00", 6.0, 13.0),
-    ("SGLANG_HEALTH_CHECK_TIMEOUT=40\x00", 30.0, 45.0), ("SGLANG_HEALTH_CHECK_TIMEOUT=abc\x00", 15.0, 25.0),
+    (None, 15.0, 25.0), ({}, 15.0, 25.0), ({"PATH": "/bin", "SGLANG_HEALTH_CHECK_TIMEOUT": "8"}, 6.0, 13.0),
+    ({"SGLANG_HEALTH_CHECK_TIMEOUT": "40"}, 30.0, 45.0), ({"SGLANG_HEALTH_CHECK_TIMEOUT": "abc"}, 15.0, 25.0),
+    ({"SGLANG_HEALTH_CHECK_TIMEOUT": "0"}, 15.0, 25.0),
 ])
 def test_the_hung_scheduler_threshold_follows_the_servers_health_check_timeout(environ, hung, wait):
     from ansible.module_utils.bc_engines import ENGINES, with_health_timeout
@@ -339,3 +392,31 @@ def test_sglang_tp1_process_titles_are_matched():
     # seen on the real 0.5.16 at TP1: no _TP0 suffix
     assert engine_process(["sglang::scheduler"], spec) and engine_process(["sglang::detokenizer"], spec)
     assert engine_process(["python3", "-m", "sglang.launch_server", "--model-path", "/m"], spec)
+
+
+@pytest.mark.parametrize(("argv", "flag", "on", "value"), [
+    (["vllm", "serve", "--enable-x"], "--enable-x", True, None),
+    (["vllm", "serve", "--enable-x", "--no-enable-x"], "--enable-x", False, None),
+    (["vllm", "serve", "--no-enable-x", "--enable-x"], "--enable-x", True, None),
+    (["vllm", "serve", "--enable-xy"], "--enable-x", False, None),  # another flag sharing a prefix
+    (["vllm", "--host", "a", "--host=b"], "--host", None, "b"),
+    (["vllm", "--host=b", "--host", "a"], "--host", None, "a"),
+    (["vllm", "--host"], "--host", None, None),
+    (["vllm", "--host", "--port", "1"], "--host", None, None),  # a flag is no value
+    ([], "--host", False, None),
+])
+def test_flags_are_read_from_an_argv_as_argparse_would(argv, flag, on, value):
+    from ansible.module_utils.bc_host import flag_on, flag_value
+
+    assert on is None or flag_on(argv, flag) is on
+    assert flag_value(argv, flag) == value
+
+
+@pytest.mark.parametrize(("host", "only_here"), [
+    ("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    (None, False), ("", False), ("0.0.0.0", False), ("::", False), ("10.0.0.5", False), ("gpu1.example", False),
+])
+def test_loopback_is_only_an_address_no_one_else_reaches(host, only_here):
+    from ansible.module_utils.bc_host import loopback
+
+    assert loopback(host) is only_here

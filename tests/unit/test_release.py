@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.bc_engines import resolve
-from ansible.module_utils.bc_health import request
-from ansible.module_utils.bc_release import Release, ReleaseError, json_values, support
+from ansible.module_utils.bc_health import HttpResult, request
+from ansible.module_utils.bc_release import Release, ReleaseError, json_values, server_problem, support
 from ansible.module_utils.bc_strategy import choose
 from test_modules_adhoc import adhoc
 
@@ -144,6 +144,39 @@ def test_engines_without_a_release_are_stopped_instead():
                                                 "setting": None}
     with pytest.raises(ReleaseError):
         Release(llama, "llamacpp", lambda *a: None, 5)
+
+
+VLLM_SLEEPER = {"pid": 4242, "argv": ["/opt/vllm/bin/python3", "/opt/vllm/bin/vllm", "serve", "/m", "--host", "127.0.0.1",
+                                      "--enable-sleep-mode"], "environ": {"VLLM_SERVER_DEV_MODE": "1"}}
+
+
+@pytest.mark.parametrize(("server", "why"), [
+    (VLLM_SLEEPER, ""),
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"][:4], "--host", "::1", "--enable-sleep-mode"]), ""),
+    # not read (no unit given, not running, not ours to read): unknown, never supported; an /is_sleeping 200 is no proof
+    (None, "its main process was not read"),
+    (dict(VLLM_SLEEPER, argv=VLLM_SLEEPER["argv"][:-1]), "set bc_engine_settings.enable_sleep_mode: true"),
+    (dict(VLLM_SLEEPER, environ={}), "VLLM_SERVER_DEV_MODE=1"),
+    (dict(VLLM_SLEEPER, environ={"VLLM_SERVER_DEV_MODE": "0"}), "VLLM_SERVER_DEV_MODE=1"),
+    # the dev routes are outside the API key: anyone who reaches the port could sleep, pause or reload the weights
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"][:4], "--host", "0.0.0.0", "--enable-sleep-mode"]),
+     "refused: vllm listens on 0.0.0.0"),
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"][:4], "--enable-sleep-mode"]), "every interface (no --host)"),
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"][:4], "--host=10.0.0.5", "--enable-sleep-mode"]),
+     "refused: vllm listens on 10.0.0.5"),
+])
+def test_vllm_releases_only_from_what_the_running_server_really_has(server, why):
+    """vLLM's release is judged from the server's main process (its argv and environment), not from the unit file
+    or from /is_sleeping, which answers 200 without sleep mode; and only a server no one else can reach, since
+    VLLM_SERVER_DEV_MODE=1 serves its dev routes outside the API key."""
+    prof = resolve("vllm", "0.32")[0]
+    got = support(prof, "vllm", HttpResult(200, '{"is_sleeping": false}'), server)
+    assert got["supported"] is (why == "") and why in got["why"], got
+    assert prof["release"]["steps"]["release"][0] == "/release_kv_cache_memory"  # the KV cache only, weights kept
+
+
+def test_sglang_needs_no_process_reading_to_say_it_can_release():
+    assert server_problem(PROF["release"], "sglang", None) == ""
 
 
 # -- against the double, over HTTP ----------------------------------------------------------------
