@@ -43,13 +43,16 @@ options:
       - C(sglang) is SGLang's fused_marlin_moe with its Marlin repack helpers (needs a CUDA GPU and sglang).
       - C(triton) is SGLang's Triton fused_moe with int4_w4a16, on the layout SGLang's compressed-tensors Triton
         scheme builds from the same words (needs a CUDA GPU and sglang).
+      - C(triton_tuned) is the same Triton kernel with a config per M tuned on this GPU first (SGLang's tuning
+        procedure, within O(tune_budget_s)); the configs are written as the file SGLang's loader reads (proven by
+        reading it back through that loader) and reported with the result.
       - C(torch) is the dequantized grouped GEMM reference (torch._grouped_mm on CUDA, a loop on CPU).
       - C(auto) is sglang when importable, else a failure that says what to install.
       - A backend that cannot run on the host is reported in C(backends) of the result, not fatal, unless none can.
     type: list
     elements: str
     default: [auto]
-    choices: [auto, sglang, triton, torch]
+    choices: [auto, sglang, triton, triton_tuned, torch]
     aliases: [backend]
   routing:
     description:
@@ -78,7 +81,25 @@ options:
   check: {description: "Compare every GPU backend against an fp32 reference on a small expert count.", type: bool, default: true}
   output: {description: JSON file on the host; rewritten after every point., type: path, required: true}
   python: {description: Interpreter that has torch (and sglang); defaults to the one running the module., type: path}
-  timeout: {description: Seconds the sweep process may run before it is killed., type: int, default: 3600}
+  timeout: {description: "Seconds the sweep process may run before it is killed (the tuning included).", type: int, default: 3600}
+  tune_budget_s:
+    description:
+      - Seconds the C(triton_tuned) backend may spend trying configs before the sweep (one config's timing may run
+        past it). Needed (at least 1) with C(triton_tuned), and less than O(timeout).
+    type: int
+    default: 0
+  tune_batch_sizes:
+    description:
+      - The sizes C(triton_tuned) tunes (each one of O(batch_sizes)); empty is the batch sizes from 256 up (all of
+        them when none is). The other sizes keep the config the server runs today.
+    type: list
+    elements: int
+    default: []
+  tune_dir:
+    description:
+      - Where the tuned config file is written, as SGLang's C(SGLANG_MOE_CONFIG_DIR) (its
+        C(configs/triton_<version>/) inside); default C(moe-config) beside O(output).
+    type: path
   tag:
     description:
       - This run's owner, C(<unit>/<cycle token>), put on the sweep's command line. A running sweep
@@ -232,7 +253,8 @@ series:
 backends:
   description:
     - After a sweep, each backend asked for - name, status (measured or unavailable), why, impl, prepare_s and its
-      check against the fp32 reference.
+      check against the fp32 reference; C(triton_tuned) also its C(tuning) (budget, configs tried, the speedup over
+      the server's config per tuned M, the config file written and read back, the configs per M).
     - In check mode, and when the sweep process fails, the names of the backends that would be timed (C(auto) resolved).
   returned: always
   type: list
@@ -249,6 +271,26 @@ backends:
       impl: sglang fused_moe triton int4_w4a16 (triton_utils)
       prepare_s: 0.01
       check: {bound: 0.03, experts: 8, m: 16, ok: true, relative_error: 0.004644910804927349}
+    - name: triton_tuned
+      status: measured
+      why: ""
+      impl: sglang fused_moe triton int4_w4a16, tuned here (triton_utils)
+      prepare_s: 0.01
+      tune_s: 121.4
+      tuning:
+        budget_s: 120
+        spent_s: 121.4
+        configs_tried: 38
+        configs_failed: 3
+        space: 864
+        sizes: [256, 1024, 4096]
+        speedup: {"256": 3.1, "1024": 4.2, "4096": 5.0}
+        file: "E=384,N=128,device_name=NVIDIA_H200,dtype=int4_w4a16.json"
+        path: /var/lib/benchmark-cycle/results/moe-config/configs/triton_3_6_0/E=384,N=128,device_name=NVIDIA_H200,dtype=int4_w4a16.json
+        config_dir: /var/lib/benchmark-cycle/results/moe-config
+        loader_read_back: true
+        configs: {"1": {BLOCK_SIZE_M: 16, BLOCK_SIZE_N: 32, BLOCK_SIZE_K: 64, GROUP_SIZE_M: 1}}
+      check: {bound: 0.03, experts: 8, m: 4096, ok: true, relative_error: 0.0049}
 winners:
   description: Per routing and M, the fastest backend and every backend's ms and ratio to the floor (to_floor).
   returned: success, except in check mode
@@ -728,7 +770,7 @@ SPEC: dict[str, Any] = {
     "batch_sizes": {"type": "list", "elements": "int", "default": [2 ** i for i in range(11)]},
     "dtype": {"type": "str", "default": "bf16", "choices": ["bf16", "fp16"]},
     "device": {"type": "int", "default": 0},
-    "backends": {"type": "list", "elements": "str", "default": ["auto"], "choices": ["auto", "sglang", "triton", "torch"],
+    "backends": {"type": "list", "elements": "str", "default": ["auto"], "choices": ["auto", "sglang", "triton", "triton_tuned", "torch"],
                  "aliases": ["backend"]},
     "routing": {"type": "list", "elements": "dict", "default": [{"kind": "uniform"}], "options": ROUTING_OPTIONS},
     "check_bound": {"type": "float", "default": 0.03},
@@ -740,6 +782,9 @@ SPEC: dict[str, Any] = {
     "output": {"type": "path", "required": True},
     "python": {"type": "path"},
     "timeout": {"type": "int", "default": 3600},
+    "tune_budget_s": {"type": "int", "default": 0},
+    "tune_batch_sizes": {"type": "list", "elements": "int", "default": []},
+    "tune_dir": {"type": "path"},
     "preflight": {"type": "bool", "default": False},
     "tag": {"type": "str"},
     "memory_margin": {"type": "float", "default": 0.10},
@@ -757,6 +802,19 @@ def problem(p: dict[str, Any]) -> str:
         return "memory_margin must be 0-10 (a fraction of the estimate), got %s" % p["memory_margin"]
     if not 0 < p["check_bound"] < 1:
         return "check_bound must be above 0 and below 1 (a relative error), got %s" % p["check_bound"]
+    if p["tune_budget_s"] < 0:
+        return "tune_budget_s must be >= 0 seconds, got %d" % p["tune_budget_s"]
+    if "triton_tuned" in p["backends"]:
+        if p["tune_budget_s"] < 1:
+            return ("backend triton_tuned tunes SGLang's Triton config on this GPU within tune_budget_s: give "
+                    "tune_budget_s >= 1 (bc_sweep_tune_budget_s), or drop triton_tuned from backends")
+        if p["tune_budget_s"] >= p["timeout"]:
+            return ("tune_budget_s=%d leaves the sweep no time within timeout=%d: the timeout includes the tuning"
+                    % (p["tune_budget_s"], p["timeout"]))
+    extra = sorted(set(p["tune_batch_sizes"]) - set(p["batch_sizes"]))
+    if extra:
+        return "tune_batch_sizes %s are not batch sizes of the sweep (%s): tune a subset of batch_sizes" % (
+            extra, ", ".join(map(str, sorted(set(p["batch_sizes"])))))
     if p["python"] and not os.access(p["python"], os.X_OK):
         return ("python=%s is not an executable on this host: point it at the interpreter that has torch "
                 "(and sglang), e.g. /opt/sglang/bin/python" % p["python"])

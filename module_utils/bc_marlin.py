@@ -293,6 +293,117 @@ class TritonKernel:
                        use_int4_w4a16=True, w1_scale=self.s13, w2_scale=self.s2, block_shape=self.block_shape)
 
 
+# SGLang's tuning procedure for its Triton fused_moe (benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py of
+# the sglang repository: get_configs_compute_bound's grid of block sizes, GROUP_SIZE_M, warps and stages, each config
+# timed on the whole fused MoE call under override_config, the fastest kept per M, written as
+# {M: config} in the file get_config_file_name names). Here: a subset of that grid (data), walked after the config the
+# server runs today and then in a seeded order, within a time budget; a config Triton cannot build here is skipped.
+TUNE_SPACE: dict[str, list[int]] = {
+    "BLOCK_SIZE_M": [16, 32, 64, 128], "BLOCK_SIZE_N": [32, 64, 128, 256], "BLOCK_SIZE_K": [64, 128, 256],
+    "GROUP_SIZE_M": [1, 16, 32], "num_warps": [4, 8], "num_stages": [2, 3, 4],
+}
+# where SGLang keeps override_config and the config loader: moe_runner/triton_utils (0.5.15-0.5.23), fused_moe_triton
+# before; the loader reads $SGLANG_MOE_CONFIG_DIR/configs/triton_<version>/<name> (fused_moe_triton_config.py
+# get_moe_configs, 0.5.16:55-178) and picks the entry of the nearest M (try_get_optimal_moe_config, 0.5.16:296)
+TUNE_MODULES = ("sglang.srt.layers.moe.moe_runner.triton_utils", "sglang.srt.layers.moe.fused_moe_triton")
+CONFIG_MODULES = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
+                  "sglang.srt.layers.moe.fused_moe_triton.fused_moe")
+
+
+def tune_candidates(seed: int) -> list[dict[str, int]]:
+    """Every config of TUNE_SPACE, in a seeded order (the same seed, the same walk)."""
+    import itertools  # noqa: PLC0415
+    import random  # noqa: PLC0415
+
+    keys = list(TUNE_SPACE)
+    grid = [dict(zip(keys, values, strict=True)) for values in itertools.product(*(TUNE_SPACE[k] for k in keys))]
+    random.Random(seed).shuffle(grid)
+    return grid
+
+
+def nearest(configs: dict[int, Any], m: int) -> Any:
+    """The entry the server's loader picks for m tokens: the one of the nearest M (the smaller on a tie)."""
+    return configs[min(sorted(configs), key=lambda k: abs(k - m))]
+
+
+class TunedTritonKernel(TritonKernel):
+    """SGLang's Triton fused_moe int4_w4a16 with a config per M tuned on this GPU (`tune`), or given (`configs`):
+    each call runs under override_config with the entry the server's loader would pick from the file this writes."""
+
+    name = "triton_tuned"
+
+    @staticmethod
+    def imports() -> tuple[Any, Any, Any]:
+        first_attr(TUNE_MODULES, "override_config")
+        first_attr(CONFIG_MODULES, "try_get_optimal_moe_config")
+        return TritonKernel.imports()
+
+    def __init__(self, torch: Any, w: Weights, configs: dict[int, dict[str, int]] | None = None) -> None:
+        super().__init__(torch, w)
+        self.override = first_attr(TUNE_MODULES, "override_config")
+        self.configs: dict[int, dict[str, int]] = dict(configs or {})
+        self.impl = "sglang fused_moe triton int4_w4a16, tuned here (%s)" % self.fn.__module__.rsplit(".", 2)[-2]
+        self.tuning: dict[str, Any] = {}
+
+    def server_config(self, m: int) -> dict[str, int]:
+        """The config the server runs today at m tokens (its loader: a shipped file, else its default)."""
+        pick = first_attr(CONFIG_MODULES, "try_get_optimal_moe_config")
+        got = pick(tuple(self.w13.shape), tuple(self.w2.shape), self.s["topk"], "int4_w4a16", m,
+                   block_shape=self.block_shape)
+        return dict(got[0] if isinstance(got, tuple) else got)
+
+    def file_name(self) -> str:
+        """The file name the server's loader looks for, from its own function, with the shapes it passes
+        (E, N from w2 as stored: fused_moe.py 0.5.16:395-397)."""
+        name = first_attr(CONFIG_MODULES, "get_config_file_name")
+        return name(self.w2.shape[0], self.w2.shape[2], "int4_w4a16", self.block_shape)
+
+    def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
+        if not self.configs:
+            raise RuntimeError("triton_tuned has no tuned config: tune it first (bc_sweep_tune_budget_s > 0)")
+        with self.override(nearest(self.configs, x.shape[0])):
+            return super().__call__(x, topk_w, topk_ids)
+
+    def tune(self, sizes: list[int], routes: dict[int, tuple[Any, list[Any]]], device: Any, budget_s: float,
+             seed: int, keep: list[int], clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+        """Time the server's config and then TUNE_SPACE's, in a seeded order, at each of `sizes` (routes[m]: its input
+        and routings), until `budget_s` has passed; keep the fastest per M. `keep` are the other sizes the file must
+        answer the way the server does today (their entry is the server's current config)."""
+        started, tried, failed = clock(), 0, 0
+        best: dict[int, tuple[float, dict[str, int]]] = {}
+        today: dict[int, float] = {}
+        baseline = {m: self.server_config(m) for m in sorted(set(sizes) | set(keep))}
+        walk = [None, *tune_candidates(seed)]
+        for cand in walk:
+            if cand is not None and clock() - started >= budget_s:
+                break
+            try:
+                for m in sizes:
+                    config = baseline[m] if cand is None else cand
+                    self.configs = {m: config}
+                    x, rts = routes[m]
+                    ms = median(time_point(self.torch, self, x, rts, device, 2, 5, True))
+                    if cand is None:
+                        today[m] = ms
+                    if m not in best or ms < best[m][0]:
+                        best[m] = (ms, config)
+                tried += 1
+            except Exception:  # a config Triton cannot build or launch here (shared memory, registers)
+                failed += 1
+                try:
+                    self.torch.cuda.synchronize(device)
+                except Exception:  # a device left unusable is the next config's (or the sweep's) error to report
+                    pass
+        self.configs = {m: dict(baseline[m]) for m in keep}
+        self.configs.update({m: dict(cfg) for m, (_ms, cfg) in best.items()})
+        self.tuning = {"budget_s": budget_s, "spent_s": round(clock() - started, 1), "configs_tried": tried,
+                       "configs_failed": failed, "space": len(walk) - 1, "sizes": sorted(sizes),
+                       "file": self.file_name(),
+                       # the server's config's time over the tuned one's, per M, in the tuning's own timing
+                       "speedup": {str(m): round(today[m] / ms, 3) for m, (ms, _c) in sorted(best.items()) if m in today}}
+        return self.tuning
+
+
 class TorchKernel:
     """Reference: dequantized weights, grouped GEMM per expert (torch._grouped_mm on CUDA)."""
 
@@ -357,18 +468,21 @@ class TorchKernel:
         return out.to(x.dtype)
 
 
-def build_kernel(torch: Any, name: str, w: Weights, dtype: Any) -> Any:
+def build_kernel(torch: Any, name: str, w: Weights, dtype: Any, configs: dict[int, Any] | None = None) -> Any:
     kernel = KERNELS[name]
+    if name == "triton_tuned":
+        return kernel(torch, w, configs)
     return kernel(torch, w, dtype) if name == "torch" else kernel(torch, w)
 
 
 def reference_check(torch: Any, s: dict[str, int], device: Any, dtype: Any, seed: int, experts: int = 8,
-                    m: int = 16, backend: str = "sglang") -> dict[str, Any]:
+                    m: int = 16, backend: str = "sglang", configs: dict[int, Any] | None = None) -> dict[str, Any]:
     """Relative error of a backend against an fp32 reference from the dequantized weights, on the
-    same shape with `experts` experts (the same generator as the sweep's, another seed)."""
+    same shape with `experts` experts (the same generator as the sweep's, another seed); a tuned backend
+    runs the config its map gives for m (`configs`)."""
     small = dict(s, E=min(experts, s["E"]), topk=min(s["topk"], experts, s["E"]))
     w = Weights(torch, small, device, dtype, seed + 7)
-    kernel = build_kernel(torch, backend, w, dtype)
+    kernel = build_kernel(torch, backend, w, dtype, configs)
     ref = TorchKernel(torch, w, torch.float32)
     ref.grouped = False  # fp32 loop: the reference, not a kernel under test
     gen = torch.Generator(device=device).manual_seed(seed + 11)
@@ -423,7 +537,47 @@ def copy_bandwidth(torch: Any, device: Any, nbytes: int = GIB, iters: int = 20) 
     return nbytes / seconds
 
 
-KERNELS: dict[str, Any] = {"sglang": SglangKernel, "triton": TritonKernel, "torch": TorchKernel}
+KERNELS: dict[str, Any] = {"sglang": SglangKernel, "triton": TritonKernel, "triton_tuned": TunedTritonKernel,
+                           "torch": TorchKernel}
+
+
+def tune_sizes(cfg: dict[str, Any], sizes: list[int]) -> list[int]:
+    """The sizes the tuning times: `tune_batch_sizes` where given (each must be a size of the sweep), else the sweep's
+    sizes from 256 up (the verification batches the tuning is for), else all of them."""
+    given = [int(m) for m in cfg.get("tune_batch_sizes") or []]
+    if given:
+        return sorted(set(given))
+    return [m for m in sizes if m >= 256] or list(sizes)
+
+
+def write_tuned(kernel: TunedTritonKernel, config_dir: str) -> dict[str, Any]:
+    """Write the tuned map where SGLang's loader looks under `config_dir` (its SGLANG_MOE_CONFIG_DIR:
+    configs/triton_<version>/<file_name>), then read it back through the loader itself, with the directory set as
+    the server would have it: the file is proven to be one the server loads, with these configs."""
+    import os  # noqa: PLC0415
+
+    import triton  # noqa: PLC0415
+
+    sub = os.path.join(config_dir, "configs", "triton_%s" % triton.__version__.replace(".", "_"))
+    path = os.path.join(sub, kernel.file_name())
+    os.makedirs(sub, exist_ok=True)
+    write_atomic(path, json.dumps({str(m): c for m, c in sorted(kernel.configs.items())}, indent=1))
+    loader = first_attr(CONFIG_MODULES, "get_moe_configs")
+    before = os.environ.get("SGLANG_MOE_CONFIG_DIR")
+    os.environ["SGLANG_MOE_CONFIG_DIR"] = config_dir
+    try:
+        loader.cache_clear()
+        read = loader(kernel.w2.shape[0], kernel.w2.shape[2], "int4_w4a16", 0, kernel.s["group"])
+    finally:
+        if before is None:
+            os.environ.pop("SGLANG_MOE_CONFIG_DIR", None)
+        else:
+            os.environ["SGLANG_MOE_CONFIG_DIR"] = before
+        loader.cache_clear()
+    if read != kernel.configs:
+        raise RuntimeError("SGLang's loader read %s back as %r, not the tuned configs" % (path, read))
+    return {"path": path, "config_dir": config_dir, "loader_read_back": True,
+            "configs": {str(m): c for m, c in sorted(kernel.configs.items())}}
 
 
 def time_point(torch: Any, kernel: Callable[..., Any], x: Any, routings: list[tuple[Any, Any]], device: Any,
@@ -592,6 +746,11 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
                 torch.cuda.empty_cache()
             continue
         entry.update(impl=kernels[name].impl, prepare_s=round(time.monotonic() - t_kernel, 2))
+    if "triton_tuned" in kernels:
+        t_tune = time.monotonic()
+        tuned = tune_kernel(torch, cfg, kernels["triton_tuned"], s, sizes, device, dtype, seed)
+        next(r for r in report if r["name"] == "triton_tuned").update(tuning=tuned, tune_s=round(time.monotonic() - t_tune, 2))
+        save(result)
     backends = [b for b in backends if b in kernels]
     result["prepare_s"] = round(time.monotonic() - t_prep, 2)
     result["impl"] = kernels[backends[0]].impl
@@ -622,6 +781,24 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
     return result
 
 
+def tune_kernel(torch: Any, cfg: dict[str, Any], kernel: TunedTritonKernel, s: dict[str, int], sizes: list[int],
+                device: Any, dtype: Any, seed: int) -> dict[str, Any]:
+    """Tune the kernel at its sizes on uniform routings of their own (the sweep's inputs are not drawn from this),
+    within the run's budget, and write the config file the server loads (proven by its loader)."""
+    import os  # noqa: PLC0415
+
+    at = tune_sizes(cfg, sizes)
+    gen = torch.Generator(device=device).manual_seed(seed + 3)
+    uniform = Routing(torch, s, routing_specs([{"kind": "uniform"}], s)[0], device, gen)
+    routes = {m: (torch.randn((m, s["K"]), generator=gen, device=device).to(dtype),
+                  make_routings(torch, s, m, 2, device, gen, uniform)) for m in at}
+    tuning = kernel.tune(at, routes, device, float(cfg.get("tune_budget_s", 0)), seed, [m for m in sizes if m not in at])
+    del routes
+    out_dir = cfg.get("tune_dir") or os.path.join(os.path.dirname(cfg.get("output") or ".") or ".", "moe-config")
+    tuning.update(write_tuned(kernel, out_dir))
+    return tuning
+
+
 def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str, int], device: Any, dtype: Any,
             report: list[dict[str, Any]]) -> None:
     """Knees, the fastest backend per M, and each backend against the fp32 reference: a backend
@@ -636,8 +813,13 @@ def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str
         if entry["status"] != "measured" or not cfg.get("check", True) or (entry["name"] == "torch" and device.type != "cuda"):
             continue
         try:
-            check = reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)), backend=entry["name"])
-            check.update(bound=bound, ok=check["relative_error"] <= bound)
+            tuned = {int(m): c for m, c in (entry.get("tuning") or {}).get("configs", {}).items()}
+            # a tuned backend is checked with each config it tuned (at its M), the others at one M
+            at = sorted({int(m) for m in (entry.get("tuning") or {}).get("sizes", [])}) or [16]
+            checks = [reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)), m=m, backend=entry["name"],
+                                      configs=tuned or None) for m in at]
+            check = max(checks, key=lambda c: c["relative_error"])
+            check.update(bound=bound, ok=all(c["relative_error"] <= bound for c in checks))
         except Exception as err:  # a check that cannot run proves nothing: a failed check, not a lost run
             check = {"relative_error": float("nan"), "bound": bound, "ok": False,
                      "error": "%s: %s" % (type(err).__name__, str(err)[:300])}

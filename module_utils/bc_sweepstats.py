@@ -38,10 +38,12 @@ def shard(shape: dict[str, Any]) -> dict[str, int]:
 
 
 # the backends the sweep can time (marlin_sweep's `backends`): SGLang's Marlin MoE, SGLang's Triton
-# fused_moe with int4_w4a16, and the dequantized bf16 grouped GEMM; `auto` is sglang
-BACKENDS = ("sglang", "triton", "torch")
+# fused_moe with int4_w4a16 (as the server runs it today, and tuned on this GPU by the sweep: triton_tuned), and the
+# dequantized bf16 grouped GEMM; `auto` is sglang
+BACKENDS = ("sglang", "triton", "triton_tuned", "torch")
 # the backends that stream INT4 words (each holds its own layout of the same values)
-INT4_BACKENDS = ("sglang", "triton")
+INT4_BACKENDS = ("sglang", "triton", "triton_tuned")
+TRITON_BACKENDS = ("triton", "triton_tuned")
 
 
 def backend_list(backends: str | Iterable[str]) -> list[str]:
@@ -85,9 +87,10 @@ def validate(shape: dict[str, Any], batch_sizes: Iterable[int], backends: str | 
             raise ShapeError("hidden_size %d must be a multiple of 128 (Marlin tile)" % s["K"])
         if s["N"] % 64:
             raise ShapeError("intermediate_size/tp_size = %d must be a multiple of 64 (Marlin tile)" % s["N"])
-    if "triton" in chosen and (s["bits"] != 4 or s["group"] < 1):
-        raise ShapeError("backend triton runs SGLang's fused_moe int4_w4a16: it needs num_bits 4 and a group_size "
-                         ">= 1 (got num_bits %d, group_size %d); drop triton from backends" % (s["bits"], s["group"]))
+    for name in (b for b in chosen if b in TRITON_BACKENDS):
+        if s["bits"] != 4 or s["group"] < 1:
+            raise ShapeError("backend %s runs SGLang's fused_moe int4_w4a16: it needs num_bits 4 and a group_size "
+                             ">= 1 (got num_bits %d, group_size %d); drop %s from backends" % (name, s["bits"], s["group"], name))
     if s["group"] != -1 and (s["K"] % s["group"] or s["N"] % s["group"]):
         raise ShapeError("group_size %d must divide hidden_size %d and intermediate_size/tp_size %d"
                          % (s["group"], s["K"], s["N"]))
@@ -263,7 +266,7 @@ def estimate_peak_bytes(s: dict[str, int], batch_sizes: Iterable[int], backends:
     weights = sum(resident_bytes(s, b, dtype_bytes) for b in chosen)
     build = max(build_bytes(s, b, dtype_bytes, chunk_experts) for b in chosen)
     acts = call_bytes(s, m, dtype_bytes)
-    if "triton" in chosen:  # SGLang's Triton path keeps the down-projection output per (token, expert), and the input copy
+    if set(chosen) & set(TRITON_BACKENDS):  # SGLang's Triton path keeps the down-projection output per (token, expert), and the input copy
         acts += (m * s["topk"] * s["K"] + m * s["K"]) * dtype_bytes
     if "torch" in chosen:  # gathered inputs, both GEMMs' outputs, and the fp32 copy of the weighted output
         acts += 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes + m * s["topk"] * s["K"] * 2

@@ -155,9 +155,12 @@ def test_a_cycle_never_stops_a_vllm_whose_stalled_engine_still_holds_requests(vl
                                     daemon=True) for _ in range(2)]
         for thread in threads:
             thread.start()
-        run = playbook("benchmark_cycle.yml", extra_vars=dict(vllm_host.vars, bc_drain_deadline_s=10), timeout=1800,
-                       inventory=str(vllm_host.inventory))
+        # the bring-back then asks the stalled server for a token, which it never gives: a short readiness budget
+        run = playbook("benchmark_cycle.yml", extra_vars=dict(vllm_host.vars, bc_drain_deadline_s=10, bc_readiness_timeout_s=30),
+                       timeout=1800, inventory=str(vllm_host.inventory))
         assert run.rc != 0, run.out[-4000:]
+        # a server whose /health answers 200 but whose engine gives no token is not serving, and was not restarted
+        assert "is not serving, and this cycle never stopped it" in run.out, run.out[-4000:]
         assert "drain deadline passed: 2.0 request(s) still in flight" in run.out or \
             "drain deadline passed: 2 request(s) still in flight" in run.out, run.out[-4000:]
         assert "The service was not stopped" in run.out, run.out[-4000:]

@@ -155,7 +155,7 @@ def test_the_estimate_grows_with_the_backends_each_layout_resident():
 
 def test_backend_names_are_checked_and_triton_needs_a_group():
     assert backend_list(["auto", "torch", "sglang"]) == ["sglang", "torch"]
-    with pytest.raises(ShapeError, match="backend 'cutlass' is not one of sglang, triton, torch"):
+    with pytest.raises(ShapeError, match="backend 'cutlass' is not one of sglang, triton, triton_tuned, torch"):
         backend_list(["cutlass"])
     with pytest.raises(ShapeError, match="backend triton runs SGLang's fused_moe int4_w4a16: it needs num_bits 4 and a group_size"):
         validate(dict(K26, group_size=-1), [1], ["triton"])
@@ -346,3 +346,77 @@ def test_a_hot_set_defaults_to_what_the_model_has():
     assert routing_spec({"kind": "hot"}, s)["experts"] == 8  # 2 x top_k = 10 > 8 experts
     with pytest.raises(ShapeError, match="hot experts=0"):
         routing_spec({"kind": "hot", "experts": 0}, s)
+
+
+# -- the tuned Triton backend: its walk, its pick and what it refuses ---------------------------------------------
+def test_the_tuning_walk_is_the_whole_grid_in_a_seeded_order():
+    walk = bc_marlin.tune_candidates(0)
+    size = 1
+    for values in bc_marlin.TUNE_SPACE.values():
+        size *= len(values)
+    assert len(walk) == size == len({json.dumps(c, sort_keys=True) for c in walk})
+    assert walk == bc_marlin.tune_candidates(0) and walk != bc_marlin.tune_candidates(1)
+
+
+@pytest.mark.parametrize(("m", "key"), [(1, 1), (200, 256), (384, 256), (385, 512), (5000, 4096)])
+def test_a_size_gets_the_config_of_the_nearest_tuned_size_as_sglangs_loader_picks(m, key):
+    # try_get_optimal_moe_config (fused_moe_triton_config.py 0.5.16:296): min(keys, key=|key - M|), the smaller on a tie
+    assert bc_marlin.nearest({1: 1, 256: 256, 512: 512, 4096: 4096}, m) == key
+
+
+def test_the_tuned_sizes_are_the_large_ones_unless_given():
+    sizes = [1, 8, 64, 256, 1024, 4096]
+    assert bc_marlin.tune_sizes({}, sizes) == [256, 1024, 4096]
+    assert bc_marlin.tune_sizes({"tune_batch_sizes": [1024, 256, 1024]}, sizes) == [256, 1024]
+    assert bc_marlin.tune_sizes({}, [1, 8]) == [1, 8]
+
+
+class FakeTuned(bc_marlin.TunedTritonKernel):
+    """A double of the kernel for the tuning's own logic only (the walk, the budget, the pick, the sizes kept): no GPU,
+    its 'time' a function of the config; the real kernel is timed on the H200 (tests/gpu)."""
+
+    def __init__(self) -> None:  # no weights, no sglang
+        self.configs, self.tuning, self.torch = {}, {}, None
+
+    def server_config(self, m: int) -> dict:
+        return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8, "server": m}
+
+    def file_name(self) -> str:
+        return "E=8,N=32,device_name=FAKE,dtype=int4_w4a16.json"
+
+
+def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers_config_elsewhere(monkeypatch):
+    def fake_time(_torch, kernel, x, _routes, _device, _warmup, _iters, _graph):
+        cfg = bc_marlin.nearest(kernel.configs, x)
+        if cfg.get("num_warps") == 8 and cfg["BLOCK_SIZE_M"] == 128:
+            raise RuntimeError("out of resources: shared memory")  # a config Triton cannot build here
+        # at 256 a small BLOCK_SIZE_M wins, at 4096 a large one; the server's config is slower than both
+        want = 16 if x <= 256 else 128
+        return [10.0 if "server" in cfg else 1.0 + abs(cfg["BLOCK_SIZE_M"] - want) / 100 + cfg["num_stages"] / 1000]
+
+    monkeypatch.setattr(bc_marlin, "time_point", fake_time)
+    ticks = iter(range(10_000))
+    kernel = FakeTuned()
+    routes = {256: (256, []), 4096: (4096, [])}
+    got = kernel.tune([256, 4096], routes, None, budget_s=200, seed=0, keep=[1, 8], clock=lambda: float(next(ticks)))
+    assert got["configs_tried"] + got["configs_failed"] <= 201 and got["configs_tried"] > 0
+    assert kernel.configs[256]["BLOCK_SIZE_M"] == 16 and kernel.configs[4096]["BLOCK_SIZE_M"] == 128
+    assert kernel.configs[1]["server"] == 1 and kernel.configs[8]["server"] == 8  # the untuned sizes answer as today
+    assert set(kernel.configs) == {1, 8, 256, 4096}
+    assert float(got["speedup"]["256"]) > 1 and got["sizes"] == [256, 4096] and got["space"] == len(bc_marlin.tune_candidates(0))
+    # no budget: only the server's own config is timed, and it is what the file says
+    kernel, ticks = FakeTuned(), iter(range(10_000))
+    got = kernel.tune([256], {256: (256, [])}, None, budget_s=0, seed=0, keep=[], clock=lambda: float(next(ticks)))
+    assert got["configs_tried"] == 1 and kernel.configs[256]["server"] == 256
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"backends": ["triton_tuned"]}, "give tune_budget_s >= 1"),
+    ({"backends": ["triton_tuned"], "tune_budget_s": 600, "timeout": 600}, "leaves the sweep no time within timeout=600"),
+    ({"backends": ["triton"], "tune_budget_s": -1}, "tune_budget_s must be >= 0"),
+    ({"backends": ["triton_tuned"], "tune_budget_s": 60, "tune_batch_sizes": [3]}, "tune_batch_sizes [3] are not batch sizes"),
+])
+def test_the_sweep_refuses_a_tuning_it_cannot_do(tmp_path, extra, message):
+    args = dict(SMALL, batch_sizes=[1, 256], output=str(tmp_path / "s.json"), **extra)
+    r = adhoc("marlin_sweep", args, check=True)
+    assert r["_status"] == "FAILED!" and message in r["msg"], r
