@@ -51,6 +51,28 @@ if [ "$STAGE" = smoke ]; then
   play smoke playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=smoke \
     -e '{"bc_sweep_tp_sizes": [8], "bc_sweep_batch_sizes": [1, 16, 256], "bc_sweep_iters": 5}'
   digest "$W/res"
+elif [ "$STAGE" = tune ]; then  # #32: the tuned Triton beside Marlin, the server's Triton and bf16, M 256..4096 (TUNE_SIZES),
+  # both routings, tp 1 and the TP8 shard (TUNE_TP), TUNE_BUDGET s of tuning per shape; the configs written are kept
+  play tune playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=tune \
+    -e "{\"bc_sweep_backends\": [\"sglang\", \"triton\", \"triton_tuned\", \"torch\"], \"bc_sweep_tp_sizes\": ${TUNE_TP:-[1, 8]},
+         \"bc_sweep_batch_sizes\": ${TUNE_SIZES:-[256, 512, 1024, 2048, 4096]}, \"bc_sweep_iters\": ${TUNE_ITERS:-10},
+         \"bc_sweep_routing\": ${TUNE_ROUTING:-[{\"kind\": \"uniform\"}, {\"kind\": \"zipf\", \"skew\": 1.0}]},
+         \"bc_sweep_tune_budget_s\": ${TUNE_BUDGET:-100}, \"bc_sweep_timeout_s\": 540}"
+  digest "$W/res"
+  python3 - "$W" <<'PY' | tee -a "$W/summary.txt"
+import glob, json, sys
+for path in sorted(glob.glob(sys.argv[1] + "/res/**/sweep-tp*.json", recursive=True)):
+    r = json.load(open(path))
+    for b in r.get("backends", []):
+        t = b.get("tuning")
+        if t:
+            print("%s tp%s: tuned %s configs (%s failed) of %s in %ss; speedup over the server's config %s; file %s, read back %s"
+                  % (path.split("/res/")[-1], r.get("tp_size"), t["configs_tried"], t["configs_failed"], t["space"], t["spent_s"],
+                     t["speedup"], t["file"], t.get("loader_read_back")))
+            for m, c in sorted(t["configs"].items(), key=lambda kv: int(kv[0])):
+                print("  M=%-5s %s" % (m, c))
+PY
+  for d in $(find /var/lib/benchmark-cycle /tmp -maxdepth 4 -type d -name moe-config 2>/dev/null); do find "$d" -name '*.json' | tee -a "$W/summary.txt"; cp -r "$d" "$W/"; done
 elif [ "$STAGE" = cost ]; then  # the issue's cost target: 3 backends x 13 points, one shape, one routing, warm JIT caches
   play cost-warmup playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/warm" -e gpu_benchmark_stamp=warmup \
     -e '{"bc_sweep_tp_sizes": [8], "bc_sweep_batch_sizes": [1, 64, 4096], "bc_sweep_iters": 3, "bc_sweep_routing": [{"kind": "uniform"}]}'
