@@ -49,9 +49,9 @@ def _items(value: Any) -> list[Any]:
     return value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
 
 
-def int_list(value: Any, name: str = "value") -> list[int]:
+def int_list(value: Any, name: str = "value", empty_ok: bool = False) -> list[int]:
     """A list of positive ints from a list, an int or a comma-separated string; anything else is an
-    error naming `name`."""
+    error naming `name`. Empty is an error too, unless the setting says what empty means (`empty_ok`)."""
     out = []
     for item in _items(value):
         if isinstance(item, bool):
@@ -63,7 +63,7 @@ def int_list(value: Any, name: str = "value") -> list[int]:
         if number < 1:
             raise ValueError("%s: %d is not positive" % (name, number))
         out.append(number)
-    if not out:
+    if not out and not empty_ok:
         raise ValueError("%s is empty" % name)
     return out
 

@@ -53,11 +53,11 @@ if [ "$STAGE" = smoke ]; then
   digest "$W/res"
 elif [ "$STAGE" = tune ]; then  # #32: the tuned Triton beside Marlin, the server's Triton and bf16, M 256..4096 (TUNE_SIZES),
   # both routings, tp 1 and the TP8 shard (TUNE_TP), TUNE_BUDGET s of tuning per shape; the configs written are kept
-  play tune playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=tune \
-    -e "{\"bc_sweep_backends\": [\"sglang\", \"triton\", \"triton_tuned\", \"torch\"], \"bc_sweep_tp_sizes\": ${TUNE_TP:-[1, 8]},
-         \"bc_sweep_batch_sizes\": ${TUNE_SIZES:-[256, 512, 1024, 2048, 4096]}, \"bc_sweep_iters\": ${TUNE_ITERS:-10},
-         \"bc_sweep_routing\": ${TUNE_ROUTING:-[{\"kind\": \"uniform\"}, {\"kind\": \"zipf\", \"skew\": 1.0}]},
-         \"bc_sweep_tune_budget_s\": ${TUNE_BUDGET:-100}, \"bc_sweep_timeout_s\": 540}"
+  routing=${TUNE_ROUTING:-'[{"kind": "uniform"}, {"kind": "zipf", "skew": 1.0}]'}
+  extra=$(printf '{"bc_sweep_backends": ["sglang", "triton", "triton_tuned", "torch"], "bc_sweep_tp_sizes": %s, "bc_sweep_batch_sizes": %s, "bc_sweep_iters": %s, "bc_sweep_routing": %s, "bc_sweep_tune_budget_s": %s, "bc_sweep_timeout_s": 540}' \
+    "${TUNE_TP:-[1, 8]}" "${TUNE_SIZES:-[256, 512, 1024, 2048, 4096]}" "${TUNE_ITERS:-10}" "$routing" "${TUNE_BUDGET:-100}")
+  log "tune: $extra"
+  play tune playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=tune -e "$extra"
   digest "$W/res"
   python3 - "$W" <<'PY' | tee -a "$W/summary.txt"
 import glob, json, sys

@@ -59,6 +59,10 @@ def test_int_list_accepts_survey_strings_and_names_bad_values():
         int_list("1,x", "bc_sweep_tp_sizes")
     with pytest.raises(ValueError, match="0 is not positive"):
         int_list("0")
+    # empty is refused unless the setting says what empty means (bc_sweep_tune_batch_sizes: from 256 up)
+    with pytest.raises(ValueError, match="bc_sweep_tp_sizes is empty"):
+        int_list("", "bc_sweep_tp_sizes")
+    assert int_list([], "bc_sweep_tune_batch_sizes", True) == [] == int_list("", "x", True)
 
 
 def test_oom_kills_since_reads_proc_vmstat():
