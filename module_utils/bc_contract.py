@@ -53,7 +53,7 @@ def int_list(value: Any, name: str = "value", empty_ok: bool = False) -> list[in
     """A list of positive ints from a list, an int or a comma-separated string; anything else is an
     error naming `name`. Empty is an error too, unless the setting says what empty means (`empty_ok`)."""
     out = []
-    for item in _items(value):
+    for item in [] if isinstance(value, str) and not value.strip() else _items(value):  # "" (a survey's blank answer)
         if isinstance(item, bool):
             raise ValueError("%s: %r is not a whole number (give e.g. 1,2,4 or [1, 2, 4])" % (name, item))
         try:
