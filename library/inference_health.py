@@ -36,7 +36,9 @@ options:
       - C(readiness) asks the endpoint that proves the server can serve (SGLang C(/health_generate) runs a 1-token generation;
         vLLM's C(/health) answers 200 with a stalled engine and during its own SIGTERM drain, so a 1-token completion follows it).
       - C(completion) sends O(prompt) to C(/v1/completions) with temperature 0 and checks the answer holds O(expect).
-      - C(load) reads running + queued requests from the metrics endpoint (for draining).
+      - C(load) reads running + queued requests (for draining) from the engine's load endpoint, and where the engine's
+        count misses its HTTP front end, the front end's own count too (SGLang's C(sglang:http_requests_active), vLLM's
+        C(/load), believed only from a server whose main process shows it counts, so give O(unit)).
     type: str
     choices: [liveness, readiness, completion, load]
     default: readiness
@@ -71,7 +73,9 @@ options:
     type: float
     default: 30
   unit:
-    description: systemd unit running the server; its state and journal are read on every probe.
+    description:
+      - systemd unit running the server; its state and journal are read on every probe, and its main process's command
+        line and environment (what the server really runs with, its health-check timeout and the flags its counts need).
     type: str
   restarts_baseline:
     description: NRestarts of O(unit) when the cycle started it; a larger value is a crash loop and fails the probe.
@@ -147,6 +151,7 @@ EXAMPLES = r"""
   inference_health:
     url: http://127.0.0.1:30001
     probe: load
+    unit: sglang-k26
   register: load
   until: load.in_flight == 0
 """
@@ -161,7 +166,8 @@ phase:
   description:
     - One of C(down), C(loading), C(warming), C(ready), C(failed), or C(restarting) (the unit is deactivating or inactive
       with a start or restart job queued - the first half of a restart, or a start systemd has not run yet, which readiness
-      waits out).
+      waits out), C(stopping) (the server refuses new work in its own shutdown drain, vLLM's) or C(busy) (a completion
+      refused for load, vLLM's 503).
   returned: always
   type: str
   sample: warming
@@ -223,7 +229,7 @@ stage_line:
     bs=[1, 2, 4, 8], avail mem=96.19 GB
 answer:
   description: Text of the completion answer (null when the answer had no C(choices[0].text)).
-  returned: when O(probe=completion) and the server answered with a ready status
+  returned: when O(probe=completion) (or a readiness probe that generates, vLLM's) and the server answered with a ready status
   type: str
   sample: "4444"
 in_flight:
@@ -232,6 +238,9 @@ in_flight:
     - For SGLang, the larger of the scheduler's count (C(/v1/loads)) and the requests its HTTP front end holds
       (C(sglang:http_requests_active) less health checks, scrapes and control calls), since C(/v1/loads) never counts
       the front end, and from 0.5.16 it is a snapshot; without that gauge (metrics off) the count is unknown.
+    - For vLLM, the larger of the engine's gauges (its last report, so a stalled engine's read 0) and its API server's
+      own count (C(/load), with C(--enable-server-load-tracking)), believed only from one API server process whose
+      command line (read from the main process of O(unit)) has the flag; otherwise unknown.
   returned: when O(probe=load) and the probe did not fail
   type: float
   sample: 4.0
@@ -409,6 +418,8 @@ def ask(module: AnsibleModule, prof: dict[str, Any], base: str, timeout: float
     path = prof["readiness_path"] if p["probe"] == "readiness" else prof["liveness_path"]
     answer = http(module, "GET", base + path, timeout)
     if p["probe"] == "readiness" and prof.get("readiness_generates") and answer.status == 200:
+        if p["deadline"] is not None:  # the wait overruns its deadline by at most one request's time, both included
+            timeout = max(1.0, min(timeout, p["deadline"] - time.time()))
         return complete(module, prof, base, timeout, DEFAULT_PROMPT, 1), None, None, "completion"
     return answer, None, None, "status"
 
@@ -436,10 +447,10 @@ def judge(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, unit_stat
 
 
 def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not_running: bool,
-                gauges: HttpResult | None = None, argv: list[str] | None = None) -> dict[str, Any]:
+                gauges: HttpResult | None = None, server: dict[str, Any] | None = None) -> dict[str, Any]:
     """in_flight (and per metric) of a load probe; unknown is not zero: no gauges, an error status or
     no answer leaves in_flight null, with why. Where the engine's scheduler count misses its front end
-    (`frontend_gauge`: answered in `gauges`, believed only where the server's command line `argv` shows what
+    (`frontend_gauge`: answered in `gauges`, believed only where the server's main process `server` shows what
     makes it count), in_flight is the larger of the two (a request in the scheduler is in the front end's count
     too), and a front end that cannot be read leaves it unknown."""
     if not_running:
@@ -456,7 +467,7 @@ def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not
     elif gauges is not None and not not_running:
         spec = prof["frontend_gauge"]
         if gauges.status == 200:
-            front, why = front_end(gauges.body, prof, argv)
+            front, why = front_end(gauges.body, prof, server)
         else:
             got = "HTTP %s" % gauges.status if gauges.status else gauges.error
             front, why = None, "%s answered %s" % (spec.get("path", prof["metrics_path"]), got)
@@ -502,7 +513,9 @@ def main() -> None:
     if unit_state is not None:
         result.update(jfacts, unit_state=unit_state)
     if p["probe"] == "load" and not result["failed"]:
-        result.update(load_fields(p, prof, answer, not_running, gauges, server["argv"] if server else None))
+        if server is not None and unit_state is not None and unit_state.get("ExecMainPID") != server["pid"]:
+            server = None  # the server was read before a restart: what it ran with says nothing of the one that answered
+        result.update(load_fields(p, prof, answer, not_running, gauges, server))
     elif result["ready"] and prof["startup_metrics"]:
         metrics = http(module, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:

@@ -35,7 +35,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 supported:
-  description: The server can release its memory (its profile has a release and the live server says the saver is on).
+  description:
+    - The server can release its memory - its profile has a release, and the live server says the saver is on (SGLang)
+      or its main process, read from O(unit), runs with what the release needs and listens on loopback only (vLLM).
   returned: always
   type: bool
   sample: true

@@ -233,6 +233,9 @@ ENGINES: dict[str, dict[str, Any]] = {
         # EngineDeadError (entrypoints/serve/instrumentator/health.py), never while warming: a dead engine
         "refused_phase": "loading",
         "status_phase": {200: "ready", 503: "failed"},
+        # a completion's 503 is not a dead engine: admission control (a full queue: exceptions.py:156-175,
+        # v1/engine/async_llm.py:343-360), a retryable request, elastic scaling (serve/elastic_ep/middleware.py:38-46)
+        "completion_status_phase": {200: "ready", 503: "busy"},
         # a request to a dead engine: HTTP 500 with EngineDeadError's words (v1/engine/exceptions.py:16 of 0.32,
         # seen on the real CPU server after its EngineCore was SIGKILLed): never a server still loading
         # and once SIGTERM began its own drain (--shutdown-timeout), every new request answers 500 with the
@@ -252,8 +255,19 @@ ENGINES: dict[str, dict[str, Any]] = {
         # +1 when a generation route is entered and -1 once its answer is sent (serve/utils/api_utils.py:105-141);
         # it read 2 there. It counts only with --enable-server-load-tracking and reads 0 without it
         # (launchers/api_server/app_state.py:175-176), so the server's command line must show the flag
+        # The count is one process's: with more than one API server (--api-server-count, which --data-parallel-size
+        # raises to match: entrypoints/cli/serve.py:113-130; v1/utils.py:246-251) each counts its own and a request
+        # goes to the least loaded (launchers/launcher.py:37-106), so the answer is one of them; VLLM_USE_RUST_FRONTEND
+        # is a front end whose /load this project has not read. It drifts with clients that disconnect (a /tokenize
+        # disconnect subtracts what it never added: serve/utils/api_utils.py:36-48) and misses work it never sees
+        # (a background /v1/responses, a websocket, a request still uploading): a count, not a proof; the engine's
+        # gauges are read beside it and the larger wins
         "frontend_gauge": {"path": "/load", "json": "server_load", "setting": "enable_server_load_tracking",
-                           "needs_flag": "--enable-server-load-tracking"},
+                           "needs_flag": "--enable-server-load-tracking",
+                           "one_process": {"flags": ["--api-server-count", "--data-parallel-size"],
+                                           "env": ["VLLM_USE_RUST_FRONTEND"]}},
+        # a zero is read twice this far apart before the drain believes it (a request just arriving)
+        "load_confirm_s": 0.5,
         # the API server (python -m vllm.entrypoints.openai.api_server, or the `vllm` CLI), the engine
         # core and the tensor-parallel workers (v1/executor/multiproc_executor.py: VLLM::Worker_TP<n>)
         "processes": {"modules": ["vllm.entrypoints.openai.api_server"], "executables": ["vllm"],
@@ -278,7 +292,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         #    and requires a completed pause first (v1/engine/core.py:1021-1038): POST /pause?mode=abort
         #    (entrypoints/rl/online/api_router.py:31-71); POST /wake_up?tags=kv_cache brings it back and resumes the
         #    scheduler once everything is resident (core.py:1010-1019); POST /resume (api_router.py:75-91) continues
-        #    a pause, and is a no-op when not paused (core.py:2250-2262)
+        #    a pause (core.py:951-953 sets the scheduler unpaused, harmless when it is not paused)
         #  - the routes need --enable-sleep-mode (the cumem allocator) and exist only with VLLM_SERVER_DEV_MODE=1
         #    (launchers/api_server/routers.py:40-47), which also exposes /update_weights, /init_weight_transfer_engine
         #    and the rest of the RL and dev routes; the API key guards only /v1, /v2, /inference and /cohere
@@ -290,7 +304,8 @@ ENGINES: dict[str, dict[str, Any]] = {
             "needs_env": {"VLLM_SERVER_DEV_MODE": "1"},
             "loopback_only": {"host_flag": "--host",
                               "why": "VLLM_SERVER_DEV_MODE=1 serves /sleep, /pause, /update_weights and the other dev "
-                                     "routes there without the API key (middleware/authenticate.py guards /v1 only)"},
+                                     "routes there without the API key (serve/middleware/authenticate.py guards only "
+                                     "/v1, /v2, /inference and /cohere)"},
             "info_path": "/is_sleeping", "info_saver": None, "info_releasable_gib": None,
             "steps": {"pause": ["/pause?mode=abort", None], "release": ["/release_kv_cache_memory", None],
                       "resume": ["/wake_up?tags=kv_cache", None], "continue": ["/resume", None]},

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.bc_engines import profile
-from ansible.module_utils.bc_host import flag_on
+from ansible.module_utils.bc_host import abbreviated, flag_on, flag_value
 from ansible.module_utils.urls import open_url
 
 UNIT_PROPERTIES = (
@@ -184,23 +184,25 @@ def in_flight(metrics_text: str, engine: str | dict[str, Any]) -> tuple[float | 
     return (sum(each.values()) if each else None), each
 
 
-def front_end(body: str, engine: str | dict[str, Any], argv: list[str] | None = None) -> tuple[float | None, str]:
+def front_end(body: str, engine: str | dict[str, Any], server: dict[str, Any] | None = None) -> tuple[float | None, str]:
     """(count, why): the requests the server's HTTP front end holds that are work, from the profile's
     `frontend_gauge`, `body` being the answer of its path (the metrics path unless it names one): a live
     Prometheus gauge summed over every endpoint but those that are not work (`metric`), or a JSON count
     (`json`). None with why when it is not there or not to be believed: off, another version, a value that
-    is no count, or (`needs_flag`) a server whose command line `argv` does not show the flag that makes it count
-    (None: not read)."""
+    is no count; where the profile says (`needs_flag`, `one_process`), a server whose main process (`server`:
+    bc_host.main_process, None when not read) does not show the flag that makes it count, or runs more than one
+    front-end process (each with a count of its own, the answer being one of them)."""
     gauge = profile(engine).get("frontend_gauge")
     if not gauge:
         return None, "the engine has no front-end count"
     turn_on = "set bc_engine_settings.%s: true (it applies at the unit's next restart)" % gauge["setting"]
-    if gauge.get("needs_flag"):
-        if argv is None:
-            return None, ("whether the server runs with %s is unknown: its command line was not read (give the "
-                          "probe its unit)" % gauge["needs_flag"])
-        if not flag_on(argv, gauge["needs_flag"]):
-            return None, "the server runs without %s, and its count then always reads 0: %s" % (gauge["needs_flag"], turn_on)
+    if gauge.get("needs_flag") or gauge.get("one_process"):
+        if server is None:
+            return None, ("whether the server's count can be believed is unknown: its main process was not read (give "
+                          "the probe its unit)")
+        problem = count_problem(gauge, server)
+        if problem:
+            return None, problem
     if gauge.get("json"):
         try:
             work = [json_path(json.loads(body), gauge["json"])]
@@ -217,6 +219,35 @@ def front_end(body: str, engine: str | dict[str, Any], argv: list[str] | None = 
     if not all(v is not None and math.isfinite(v) and v >= 0 for v in work):
         return None, "%s is not a count of requests: %s" % (where, work)
     return float(sum(work)), ""  # type: ignore[arg-type]
+
+
+def count_problem(gauge: dict[str, Any], server: dict[str, Any]) -> str:
+    """Why the front-end count of a server running as `server` (its argv and environ) is not to be believed; ""."""
+    argv, environ = server["argv"], server.get("environ")
+    flag = gauge.get("needs_flag")
+    if flag:
+        on = flag_on(argv, flag)
+        if on is None:
+            return "whether the server runs with %s is unknown: its command line abbreviates it (spell it out)" % flag
+        if not on:
+            return ("the running server lacks %s, and its count then always reads 0: set bc_engine_settings.%s: true "
+                    "(the project's vLLM unit has it unless turned off); a server started without it needs one restart "
+                    "(this cycle once with bc_drain_on_deadline=force, or a restart of the unit in a quiet moment)"
+                    % (flag, gauge["setting"]))
+    one = gauge.get("one_process") or {}
+    for name in one.get("flags", []):
+        value = flag_value(argv, name)
+        if value is not None and value.strip() not in ("", "1"):
+            return ("the server runs %s %s: each of its front-end processes counts only its own requests and the "
+                    "answer is one of them" % (name, value))
+        if value is None and abbreviated(argv, name):
+            return "whether the server runs %s is unknown: its command line abbreviates it" % name
+    for name in one.get("env", []):
+        if environ is None:
+            return "whether the server runs with %s is unknown: its environment could not be read" % name
+        if environ.get(name, "").strip() not in ("", "0"):
+            return "the server runs with %s=%s, whose front end's count this project has not read" % (name, environ[name])
+    return ""
 
 
 def startup_phases(metrics_text: str, engine: str | dict[str, Any]) -> dict[str, float]:
@@ -316,7 +347,8 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
         # a ready server refusing the request (a wrong model name, a missing key, a bad request):
         # waiting cannot help; its own message says why
         return _fail(result, "the server refused the completion with HTTP %d: %s" % (status, server_message(http.body)))
-    phase = prof["status_phase"].get(status)
+    statuses = prof.get("completion_status_phase") if probe == "completion" else None
+    phase = (statuses or prof["status_phase"]).get(status)
     for marker, marker_phase in prof["body_phase"].items():
         if status != 200 and marker in http.body:
             phase = marker_phase

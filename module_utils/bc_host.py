@@ -136,45 +136,76 @@ def parse_show(text: str, numbers: bool = False) -> dict[str, Any]:
 
 def main_process(unit: str, timeout: float = 15, proc_root: str = "/proc") -> dict[str, Any] | None:
     """The unit's running main process as the kernel shows it: pid, argv (its command line) and environ (a
-    dict), or None when there is none or it cannot be read (no unit, not running, gone meanwhile, not ours to read):
-    what a server really runs with, whatever its unit file says today."""
+    dict; None when it cannot be read), or None when there is no such process or its command line cannot be read
+    (no unit, not running, gone meanwhile): what a server really runs with, whatever its unit file says today."""
     try:
         pid = unit_show(unit, ("MainPID",), timeout, numbers=True).get("MainPID")
         if not isinstance(pid, int) or pid <= 0:
             return None
         with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as fh:
             raw_argv = fh.read()
-        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as fh:
-            raw_env = fh.read()
     except (CommandError, OSError):
         return None
+    environ: dict[str, str] | None
+    try:
+        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as fh:
+            environ = dict(e.decode("utf-8", "replace").partition("=")[::2] for e in fh.read().split(b"\0") if b"=" in e)
+    except OSError:
+        environ = None  # another user's process without the right to read it: unknown, not empty
     argv = [a.decode("utf-8", "replace") for a in raw_argv.rstrip(b"\0").split(b"\0")] if raw_argv.strip(b"\0") else []
-    environ = dict(e.decode("utf-8", "replace").partition("=")[::2] for e in raw_env.split(b"\0") if b"=" in e)
     return {"pid": pid, "argv": argv, "environ": environ} if argv else None
 
 
-def flag_on(argv: list[str], flag: str) -> bool:
+def _flag_name(arg: str) -> str:
+    """The option name of an argv token as argparse-based servers read it (vLLM's parser turns `_` into `-`:
+    utils/argparse_utils.py of 0.32), without its `=value`; "" for a token that is not a long option."""
+    return arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") and len(arg) > 2 else ""
+
+
+def _abbreviates(name: str, *flags: str) -> bool:
+    """`name` is a strict prefix of one of `flags`: argparse (allow_abbrev) would read it as that flag."""
+    return any(flag.startswith(name) and name != flag for flag in flags)
+
+
+def abbreviated(argv: list[str], flag: str) -> bool:
+    """Whether a token of `argv` abbreviates `flag` (argparse would read it as `flag`: what it says is unknown here)."""
+    return any(_abbreviates(_flag_name(arg), flag) for arg in argv if _flag_name(arg))
+
+
+def flag_on(argv: list[str], flag: str) -> bool | None:
     """Whether a boolean `flag` is on in `argv`: the last of `--flag` and `--no-flag` given wins (argparse's
-    BooleanOptionalAction); `--flag=...` or absent is not known to be on."""
+    BooleanOptionalAction; `_` read as `-`); None (unknown) when a token abbreviates either, which argparse would
+    take as it; `--flag=...` or absent is not on."""
     negated = "--no-" + flag[2:]
-    state = False
+    state: bool | None = False
     for arg in argv:
-        if arg == flag:
+        name = _flag_name(arg)
+        if not name:
+            continue
+        if name == flag and "=" not in arg:
             state = True
-        elif arg == negated:
+        elif name == negated and "=" not in arg:
             state = False
+        elif _abbreviates(name, flag, negated):
+            return None
     return state
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
-    """The value of `flag` in `argv` (`--flag V` or `--flag=V`, the last given), or None when absent (a flag that
-    follows it is not its value)."""
+    """The value of `flag` in `argv` (`--flag V` or `--flag=V`, the last given; `_` read as `-`), or None when absent
+    or unknown (a flag that follows it is not its value; a token that abbreviates it makes the value unknown)."""
     value = None
     for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
+        name = _flag_name(arg)
+        if not name:
+            continue
+        if name == flag:
+            if "=" in arg:
+                value = arg.split("=", 1)[1]
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                value = argv[i + 1]
+        elif _abbreviates(name, flag):
+            return None
     return value
 
 

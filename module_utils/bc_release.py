@@ -71,10 +71,18 @@ def server_problem(rel: dict[str, Any], engine: str, server: dict[str, Any] | No
         return ("whether %s runs with what a release needs is unknown: its main process was not read (give the unit; "
                 "a server answering its info route is not proof)" % engine)
     argv, environ = server["argv"], server["environ"]
-    if rel.get("needs_flag") and not flag_on(argv, rel["needs_flag"]):
-        return ("%s runs without %s, so it cannot release: set bc_engine_settings.%s: true (it applies at the unit's "
-                "next restart)" % (engine, rel["needs_flag"], rel["setting"]))
-    missing = ["%s=%s" % kv for kv in (rel.get("needs_env") or {}).items() if environ.get(kv[0]) != kv[1]]
+    if rel.get("needs_flag"):
+        on = flag_on(argv, rel["needs_flag"])
+        if on is None:
+            return ("whether %s runs with %s is unknown: its command line has an abbreviation of it (argparse would "
+                    "read it); spell the flag out" % (engine, rel["needs_flag"]))
+        if not on:
+            return ("%s runs without %s, so it cannot release: set bc_engine_settings.%s: true (it applies at the "
+                    "unit's next restart)" % (engine, rel["needs_flag"], rel["setting"]))
+    if rel.get("needs_env") and environ is None:
+        return "whether %s runs with %s is unknown: its environment could not be read" % (
+            engine, ", ".join("%s=%s" % kv for kv in rel["needs_env"].items()))
+    missing = ["%s=%s" % kv for kv in (rel.get("needs_env") or {}).items() if (environ or {}).get(kv[0]) != kv[1]]
     if missing:
         return ("%s's release routes exist only with %s in its environment, which the running server lacks (set it in "
                 "bc_engine_env)" % (engine, ", ".join(missing)))

@@ -186,7 +186,8 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
     from inference_health import load_fields
 
     prof = resolve("vllm", vllm.version)[0]
-    argv = next(p["argv"] for p in vllm.children() if p["pid"] == vllm.proc.pid)
+    main = next(p for p in vllm.children() if p["pid"] == vllm.proc.pid)
+    server = {"pid": main["pid"], "argv": main["argv"], "environ": {}}  # bc_host.main_process's shape
     engine, results = engine_core(vllm), []
     os.kill(engine, signal.SIGSTOP)
     try:
@@ -202,7 +203,7 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
         metrics = request("GET", vllm.url + "/metrics", 5, None, [""], True)
         engine_says, _each = in_flight(metrics.body, prof)
         print("stalled EngineCore with 2 requests open: the engine's gauges say %s, /load says 2" % engine_says)
-        load = load_fields({"engine": "vllm"}, prof, metrics, False, front, argv)
+        load = load_fields({"engine": "vllm"}, prof, metrics, False, front, server)
         assert load["in_flight"] is not None and load["in_flight"] >= 2, load
         # read without the server's command line (no unit): unknown, never a zero
         blind = load_fields({"engine": "vllm"}, prof, metrics, False, front, None)

@@ -111,7 +111,11 @@ def test_the_unit_roles_settings_are_exactly_the_engines_flags():
     flags = set().union(*(set(e["flags"]) for e in ENGINES.values()))
     assert set(settings) == flags, (sorted(set(settings) - flags), sorted(flags - set(settings)))
     programs = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
-    assert set(programs) == set(ENGINES) and all(set(p) == {"exec", "restart"} for p in programs.values())
+    assert set(programs) == set(ENGINES) and all({"exec", "restart"} <= set(p) <= {"exec", "restart", "settings"}
+                                                 for p in programs.values())
+    # an engine's own settings (what the project needs its server to run with) are settings of that engine
+    for engine, program in programs.items():
+        assert set(program.get("settings", {})) <= set(ENGINES[engine]["flags"]), engine
 
 
 def test_a_renamed_setting_is_refused_with_what_to_write_instead():

@@ -190,21 +190,41 @@ VLLM_ARGV = ["/opt/vllm/bin/python3", "/opt/vllm/bin/vllm", "serve", "/m", "--ho
              "--enable-server-load-tracking"]
 
 
-@pytest.mark.parametrize(("body", "argv", "count", "why"), [
-    ('{"server_load":2}', VLLM_ARGV, 2.0, ""),
-    ('{"server_load":0}', VLLM_ARGV, 0.0, ""),
+def running(argv: list[str] | None, environ: dict | None = None) -> dict | None:
+    """A server's main process as bc_host.main_process gives it (None: not read)."""
+    return None if argv is None else {"pid": 4242, "argv": argv, "environ": {} if environ is None else environ}
+
+
+@pytest.mark.parametrize(("body", "argv", "environ", "count", "why"), [
+    ('{"server_load":2}', VLLM_ARGV, None, 2.0, ""),
+    ('{"server_load":0}', VLLM_ARGV, None, 0.0, ""),
+    ('{"server_load":0}', [*VLLM_ARGV, "--api-server-count", "1"], None, 0.0, ""),
     # without the flag vLLM's count is never moved and reads 0 (launchers/api_server/app_state.py:175-176)
-    ('{"server_load":0}', VLLM_ARGV[:-1], None, "set bc_engine_settings.enable_server_load_tracking: true"),
-    ('{"server_load":0}', [*VLLM_ARGV, "--no-enable-server-load-tracking"], None, "runs without"),
-    ('{"server_load":0}', None, None, "command line was not read"),  # no unit given: unknown, never 0
-    ('{"server_load":-1}', VLLM_ARGV, None, "not a count"),
-    ('{"server_load":true}', VLLM_ARGV, None, "not a count"),
-    ('{"load":0}', VLLM_ARGV, None, "not a count"),
-    ("Internal Server Error", VLLM_ARGV, None, "not a count"),
+    ('{"server_load":0}', VLLM_ARGV[:-1], None, None, "set bc_engine_settings.enable_server_load_tracking: true"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--no-enable-server-load-tracking"], None, None, "lacks"),
+    # vLLM's parser reads _ as - and takes abbreviations (argparse allow_abbrev)
+    ('{"server_load":0}', [*VLLM_ARGV, "--no_enable_server_load_tracking"], None, None, "lacks"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--no-enable-server-load"], None, None, "abbreviates"),
+    ('{"server_load":0}', [*VLLM_ARGV[:-1], "--enable_server_load_tracking"], None, 0.0, ""),
+    # more than one front-end process: each counts its own, the answer is one of them
+    ('{"server_load":0}', [*VLLM_ARGV, "--api-server-count", "4"], None, None, "--api-server-count 4"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--data-parallel-size=2"], None, None, "--data-parallel-size 2"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--api-server", "2"], None, None, "abbreviates"),
+    ('{"server_load":0}', VLLM_ARGV, {"VLLM_USE_RUST_FRONTEND": "1"}, None, "VLLM_USE_RUST_FRONTEND=1"),
+    ('{"server_load":0}', None, None, None, "main process was not read"),  # no unit given: unknown, never 0
+    ('{"server_load":-1}', VLLM_ARGV, None, None, "not a count"),
+    ('{"server_load":true}', VLLM_ARGV, None, None, "not a count"),
+    ('{"load":0}', VLLM_ARGV, None, None, "not a count"),
+    ("Internal Server Error", VLLM_ARGV, None, None, "not a count"),
 ])
-def test_vllms_front_end_count_is_believed_only_from_a_server_that_counts(body, argv, count, why):
-    got, reason = front_end(body, "vllm", argv)
+def test_vllms_front_end_count_is_believed_only_from_a_server_that_counts(body, argv, environ, count, why):
+    got, reason = front_end(body, "vllm", running(argv, environ))
     assert got == count and why in reason, (got, reason)
+
+
+def test_an_unreadable_environment_leaves_the_count_unknown_not_believed():
+    got, reason = front_end('{"server_load":0}', "vllm", {"pid": 1, "argv": VLLM_ARGV, "environ": None})
+    assert got is None and "environment could not be read" in reason
 
 
 def test_a_stalled_vllm_engine_is_never_read_as_idle():
@@ -213,13 +233,13 @@ def test_a_stalled_vllm_engine_is_never_read_as_idle():
     from inference_health import load_fields
 
     prof, p = resolve("vllm", "0.32")[0], {"engine": "vllm"}
-    busy = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":2}'), VLLM_ARGV)
+    busy = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":2}'), running(VLLM_ARGV))
     assert busy["in_flight"] == 2.0 and busy["in_flight_by_metric"]["front end (/load)"] == 2.0, busy
-    idle = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":0}'), VLLM_ARGV)
+    idle = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":0}'), running(VLLM_ARGV))
     assert idle["in_flight"] == 0.0
-    blind = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":0}'), VLLM_ARGV[:-1])
+    blind = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":0}'), running(VLLM_ARGV[:-1]))
     assert blind["in_flight"] is None and "enable_server_load_tracking" in blind["in_flight_unknown"], blind
-    gone = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, HttpResult(404, "Not Found"), VLLM_ARGV)
+    gone = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, HttpResult(404, "Not Found"), running(VLLM_ARGV))
     assert gone["in_flight"] is None and "/load answered HTTP 404" in gone["in_flight_unknown"], gone
 
 
@@ -232,6 +252,15 @@ def test_vllms_own_drain_is_stopping_never_ready_or_dead():
     assert not got["ready"] and not got["failed"] and got["phase"] == "stopping", got
     assert "cannot schedule new futures after shutdown" in got["reason"]
     assert resolve("vllm", "0.32")[0]["readiness_generates"] is True
+
+
+@pytest.mark.parametrize("body", ['{"error": {"message": "The engine is currently busy; retry later."}}', ""])
+def test_a_vllm_completions_503_is_a_busy_server_not_a_dead_engine(body):
+    """Admission control (a full queue) and elastic scaling answer a completion 503 (exceptions.py:156-175); only
+    /health's 503 is EngineDeadError."""
+    got = classify("vllm", "completion", HttpResult(503, body), None)
+    assert not got["failed"] and not got["ready"] and got["phase"] == "busy", got
+    assert classify("vllm", "status", HttpResult(503, ""), None)["failed"]  # /health
 
 
 def gauges(body: str, status: int = 200) -> HttpResult:
@@ -399,10 +428,15 @@ def test_sglang_tp1_process_titles_are_matched():
     (["vllm", "serve", "--enable-x", "--no-enable-x"], "--enable-x", False, None),
     (["vllm", "serve", "--no-enable-x", "--enable-x"], "--enable-x", True, None),
     (["vllm", "serve", "--enable-xy"], "--enable-x", False, None),  # another flag sharing a prefix
+    (["vllm", "serve", "--enable_x"], "--enable-x", True, None),  # _ read as -
+    (["vllm", "serve", "--enable-x", "--no_enable_x"], "--enable-x", False, None),
+    (["vllm", "serve", "--enable-x", "--no-enable"], "--enable-x", None, None),  # an abbreviation: unknown
     (["vllm", "--host", "a", "--host=b"], "--host", None, "b"),
     (["vllm", "--host=b", "--host", "a"], "--host", None, "a"),
     (["vllm", "--host"], "--host", None, None),
     (["vllm", "--host", "--port", "1"], "--host", None, None),  # a flag is no value
+    (["vllm", "--host", "127.0.0.1", "--ho", "0.0.0.0"], "--host", None, None),  # argparse reads --ho as --host
+    (["vllm", "--ho=::"], "--host", None, None),
     ([], "--host", False, None),
 ])
 def test_flags_are_read_from_an_argv_as_argparse_would(argv, flag, on, value):
@@ -410,6 +444,8 @@ def test_flags_are_read_from_an_argv_as_argparse_would(argv, flag, on, value):
 
     assert on is None or flag_on(argv, flag) is on
     assert flag_value(argv, flag) == value
+    if on is None and "--no-enable" in argv:
+        assert flag_on(argv, flag) is None
 
 
 @pytest.mark.parametrize(("host", "only_here"), [

@@ -164,6 +164,11 @@ VLLM_SLEEPER = {"pid": 4242, "argv": ["/opt/vllm/bin/python3", "/opt/vllm/bin/vl
     (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"][:4], "--enable-sleep-mode"]), "every interface (no --host)"),
     (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"][:4], "--host=10.0.0.5", "--enable-sleep-mode"]),
      "refused: vllm listens on 10.0.0.5"),
+    # argparse reads --ho as --host: the address it listens on is not the one the first --host says
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"], "--ho", "0.0.0.0"]), "refused"),
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"], "--no_enable_sleep_mode"]), "runs without --enable-sleep-mode"),
+    (dict(VLLM_SLEEPER, argv=[*VLLM_SLEEPER["argv"], "--enable-sleep"]), "abbreviation"),
+    (dict(VLLM_SLEEPER, environ=None), "environment could not be read"),
 ])
 def test_vllm_releases_only_from_what_the_running_server_really_has(server, why):
     """vLLM's release is judged from the server's main process (its argv and environment), not from the unit file
