@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ansible.module_utils.bc_sweepstats import cell, merge_reference, series_of, sweep_compare, sweep_table
+from ansible.module_utils.bc_sweepstats import bands, cell, merge_reference, one_backend_cost, series_of, sweep_compare, sweep_table
 
 
 def shape_key(result: dict[str, Any]) -> str:
@@ -63,6 +63,9 @@ def history_line(host: str, stamp: str, result: dict[str, Any], report: str,
         "series": [{"backend": r["backend"], "routing": r["routing"], "points": [{"m": p["m"], "ms": p["ms"]} for p in r["points"]]}
                    for r in series_of(result)],
         "gpu_health": health_summary(health),
+        # the tuned Triton's configs with the result they gave (the file can be made again from the history)
+        "tuned": {b["name"]: {k: b["tuning"].get(k) for k in ("configs", "file", "sizes", "speedup", "configs_tried")}
+                  for b in result.get("backends") or [] if b.get("tuning")},
     }
 
 
@@ -139,6 +142,31 @@ def side_by_side(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def what_to_run(result: dict[str, Any]) -> list[str]:
+    """The fastest backend per M band (per routing) and what one backend for every M costs, for this
+    tensor-parallel shape; the tuned Triton's tuning beside it."""
+    rows = result.get("winners") or []
+    if not rows:
+        return []
+    lines = ["", "## What to run at tp_size %s" % result.get("tp_size"), "", "| routing | M | fastest |", "|---|---|---|"]
+    lines += ["| %s | %s | %s |" % (b["routing"], b["from_m"] if b["from_m"] == b["to_m"] else "%d-%d" % (b["from_m"], b["to_m"]),
+                                    b["fastest"]) for b in bands(rows)]
+    lines += ["", "One backend for every M (the server's --moe-runner-backend is one choice): its time over the fastest's",
+              "", "| backend | geometric mean | worst | at | points |", "|---|---:|---:|---|---:|"]
+    lines += ["| %s | %s | %s | %s | %d of %d |" % (c["backend"], c["mean_x_fastest"], c["worst_x_fastest"], c["worst_at"],
+                                                    c["rows"], c["of"]) for c in one_backend_cost(rows)]
+    for b in result.get("backends") or []:
+        t = b.get("tuning")
+        if t:
+            lines += ["", "%s: %d configs of %d timed (%d could not build here) in %s s (budget %s s) at M=%s; the tuned "
+                      "config over the server's own, in the tuning's timing: %s; written as %s (read back by SGLang's "
+                      "loader: %s), for SGLANG_MOE_CONFIG_DIR=%s" % (
+                          b["name"], t["configs_tried"], t["space"], t["configs_failed"], t["spent_s"], t["budget_s"],
+                          ",".join(map(str, t["sizes"])), ", ".join("M=%s x%s" % kv for kv in t.get("speedup", {}).items()),
+                          t.get("path") or t.get("file"), "yes" if t.get("loader_read_back") else "no", t.get("config_dir"))]
+    return lines
+
+
 def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, Any] | None, png_name: str,
            health: dict[str, Any] | None = None) -> str:
     env = primary.get("environment", {})
@@ -180,6 +208,7 @@ def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, A
     side = side_by_side(primary)
     if side:
         lines += ["", "## Kernels side by side (x floor: time / roofline floor; 1.0 is the floor)", *side]
+        lines += what_to_run(primary)
     lines.append("")
     if previous:
         cmp_rows = sweep_compare(primary["points"], previous["points"])

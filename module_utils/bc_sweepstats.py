@@ -7,6 +7,7 @@ Standard library only: the module, the filter plugins and the benchmark scripts 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -228,6 +229,37 @@ def winners(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
         best = min(row["backends"].items(), key=lambda kv: kv[1]["ms"])
         out.append(dict(row, fastest=best[0], fastest_ms=best[1]["ms"]))
     return out
+
+
+def bands(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per routing, the M bands over which one backend is fastest: contiguous runs of `winners` rows (sorted by M)
+    with the same `fastest`, as {routing, from_m, to_m, fastest, sizes}."""
+    out: list[dict[str, Any]] = []
+    for row in sorted(rows, key=lambda r: (r["routing"], r["m"])):
+        last = out[-1] if out else None
+        if last and last["routing"] == row["routing"] and last["fastest"] == row["fastest"]:
+            last.update(to_m=row["m"], sizes=last["sizes"] + 1)
+        else:
+            out.append({"routing": row["routing"], "from_m": row["m"], "to_m": row["m"], "fastest": row["fastest"], "sizes": 1})
+    return out
+
+
+def one_backend_cost(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What choosing one backend for every M costs (the server's --moe-runner-backend is one choice): per backend,
+    over every (routing, M) it was timed at, the geometric mean and the worst of its time over the fastest's, and
+    where the worst is; the cheapest first. A backend missing at some rows says how many it covers."""
+    ratios: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    for row in rows:
+        for name, timing in row["backends"].items():
+            if row.get("fastest_ms") and timing.get("ms"):
+                ratios.setdefault(name, []).append((timing["ms"] / row["fastest_ms"], row))
+    out = []
+    for name, got in ratios.items():
+        worst, at = max(got, key=lambda x: x[0])
+        geo = math.exp(sum(math.log(r) for r, _row in got) / len(got))
+        out.append({"backend": name, "mean_x_fastest": round(geo, 3), "worst_x_fastest": round(worst, 3),
+                    "worst_at": "%s M=%d" % (at["routing"], at["m"]), "rows": len(got), "of": len(rows)})
+    return sorted(out, key=lambda c: (c["of"] - c["rows"], c["mean_x_fastest"]))
 
 
 def call_bytes(s: dict[str, int], m: int, dtype_bytes: int = 2) -> float:

@@ -207,7 +207,9 @@ def test_the_report_puts_the_kernels_side_by_side_and_the_history_keeps_every_se
     for b in res["backends"]:
         assert "correctness of %s: relative error" % b["name"] in text
     assert "dense bf16 %s TFLOP/s" % res["dense_tflops"] in text and "torch bf16 ms" in text
+    assert "## What to run at tp_size 8" in text and "One backend for every M" in text
     line = bc_report.history_line("h200", "run1", res, "r.md")
+    assert line["tuned"] == {}  # no tuned backend in this run
     assert [(s["backend"], s["routing"]) for s in line["series"]] == [(s["backend"], s["routing"]) for s in res["series"]]
     pytest.importorskip("matplotlib")
     bc_report.plot(str(tmp_path / "p.png"), "t", res)
@@ -420,3 +422,32 @@ def test_the_sweep_refuses_a_tuning_it_cannot_do(tmp_path, extra, message):
     args = dict(SMALL, batch_sizes=[1, 256], output=str(tmp_path / "s.json"), **extra)
     r = adhoc("marlin_sweep", args, check=True)
     assert r["_status"] == "FAILED!" and message in r["msg"], r
+
+
+def rows_of(table: dict) -> list[dict]:
+    """winners()-shaped rows from {(routing, m): {backend: ms}}."""
+    out = []
+    for (routing, m), times in table.items():
+        best = min(times, key=times.get)
+        out.append({"routing": routing, "m": m, "fastest": best, "fastest_ms": times[best],
+                    "backends": {b: {"ms": ms} for b, ms in times.items()}})
+    return out
+
+
+def test_the_fastest_backend_per_m_band_and_the_cost_of_one_backend_for_all():
+    from ansible.module_utils.bc_sweepstats import bands, one_backend_cost
+
+    rows = rows_of({("uniform", 256): {"sglang": 1.0, "triton_tuned": 2.0, "torch": 4.0},
+                    ("uniform", 512): {"sglang": 1.5, "triton_tuned": 2.0, "torch": 4.0},
+                    ("uniform", 1024): {"sglang": 4.0, "triton_tuned": 2.0, "torch": 3.0},
+                    ("uniform", 4096): {"sglang": 16.0, "triton_tuned": 4.0, "torch": 8.0},
+                    ("zipf(1)", 256): {"sglang": 1.0, "triton_tuned": 2.0}})
+    assert [(b["routing"], b["from_m"], b["to_m"], b["fastest"]) for b in bands(rows)] == [
+        ("uniform", 256, 512, "sglang"), ("uniform", 1024, 4096, "triton_tuned"), ("zipf(1)", 256, 256, "sglang")]
+    cost = {c["backend"]: c for c in one_backend_cost(rows)}
+    assert cost["triton_tuned"]["worst_x_fastest"] == 2.0 and cost["sglang"]["worst_x_fastest"] == 4.0
+    assert cost["sglang"]["worst_at"] == "uniform M=4096"
+    assert cost["torch"]["rows"] == 4 and cost["torch"]["of"] == 5  # not timed at one point: said, and ranked last
+    assert [c["backend"] for c in one_backend_cost(rows)][-1] == "torch"
+    # geometric mean of sglang: (1 * 1 * 2 * 4 * 1) ** (1/5)
+    assert cost["sglang"]["mean_x_fastest"] == round(8 ** 0.2, 3)
