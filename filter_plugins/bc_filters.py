@@ -57,7 +57,8 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 def cli_args(settings: dict[str, Any], flags: dict[str, Any], version: str = "0") -> list[str]:
     """Command-line arguments from settings and an engine's flag table.
 
-    flags maps a setting to a flag string, or to a version history [[since, flag|null], ...].
+    flags maps a setting to a flag string, or to a version history [[since, flag|null], ...], or
+    ({"env": NAME}) to the environment variable it is given as (settings_env), which gives no argument.
     True booleans give the bare flag, False/None/"" give nothing, lists repeat the values
     after one flag; a setting with no flag in the table is an error naming it."""
     args: list[str] = []
@@ -67,6 +68,8 @@ def cli_args(settings: dict[str, Any], flags: dict[str, Any], version: str = "0"
         if key not in flags:
             raise ValueError("setting %r has no flag for this engine; known: %s" % (key, ", ".join(sorted(flags))))
         flag = flags[key]
+        if isinstance(flag, dict):
+            continue
         if isinstance(flag, list):
             flag = flag_for_version(flag, version)
             if flag is None:
@@ -79,6 +82,13 @@ def cli_args(settings: dict[str, Any], flags: dict[str, Any], version: str = "0"
         else:
             args.extend([flag, str(value)])
     return args
+
+
+def settings_env(settings: dict[str, Any], flags: dict[str, Any]) -> dict[str, str]:
+    """The environment the settings given as environment variables ({"env": NAME} in the flag table) put in the
+    unit's environment file; False/None/"" give nothing."""
+    return {flags[key]["env"]: str(value) for key, value in settings.items()
+            if isinstance(flags.get(key), dict) and value is not None and value is not False and value != ""}
 
 
 def systemd_quote(args: list[str]) -> str:
@@ -280,7 +290,8 @@ def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "bc_cli_args": cli_args, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
+            "bc_cli_args": cli_args,
+            "bc_settings_env": settings_env, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
             "bc_name_list": name_list,
             "bc_oom_kills_since": oom_kills_since,
             "bc_unit_name": unit_name, "bc_hook_secrets": hook_secrets, "bc_key_problem": key_problem,

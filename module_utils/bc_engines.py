@@ -46,6 +46,11 @@ ENGINES: dict[str, dict[str, Any]] = {
             "reasoning_parser": "--reasoning-parser",
             "cuda_graph_max_bs": [["0", "--cuda-graph-max-bs"], ["0.5.15", "--cuda-graph-max-bs-decode"]],
             "enable_memory_saver": "--enable-memory-saver",
+            # a setting the server reads from its environment, not its command line: where its loader finds tuned
+            # Triton MoE configs, configs/triton_<version>/<E=..,N=..,device_name=..,dtype=..>.json inside
+            # (moe_runner/triton_utils/fused_moe_triton_config.py 0.5.16:91-101; the sweep's triton_tuned writes
+            # one: docs/benchmarks.md). Applied at the unit's next start, the cycle's, whose known answer then decides
+            "moe_config_dir": {"env": "SGLANG_MOE_CONFIG_DIR"},
         },
         "readiness_path": "/health_generate",  # runs a real 1-token generation
         "liveness_path": "/health",

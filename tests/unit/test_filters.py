@@ -24,6 +24,19 @@ def test_cli_args_flags_booleans_lists_and_unknown_keys():
         cli_args({"mem_fration_static": 0.8}, flags)
 
 
+def test_a_setting_given_as_an_environment_variable_goes_to_the_environment_file_not_the_command_line():
+    """SGLang reads where its tuned Triton MoE configs are from SGLANG_MOE_CONFIG_DIR (engine data): the unit's
+    environment file gets it, the command line does not."""
+    flags = F["bc_engine_flags"]("sglang")
+    settings = {"model_path": "/m", "moe_config_dir": "/var/lib/benchmark-cycle/results/moe-config", "enable_metrics": True}
+    args = cli_args(settings, flags)
+    assert "/var/lib/benchmark-cycle/results/moe-config" not in args and args == ["--model-path", "/m", "--enable-metrics"]
+    assert F["bc_settings_env"](settings, flags) == {"SGLANG_MOE_CONFIG_DIR": "/var/lib/benchmark-cycle/results/moe-config"}
+    assert F["bc_settings_env"](dict(settings, moe_config_dir=""), flags) == {}
+    assert 'SGLANG_MOE_CONFIG_DIR="/var/lib/benchmark-cycle/results/moe-config"' in F["bc_env_lines"](
+        F["bc_settings_env"](settings, flags))
+
+
 def test_versioned_flag_follows_the_engine_version():
     history = [["0", "--cuda-graph-max-bs"], ["0.5.15", "--cuda-graph-max-bs-decode"], ["0.9", None]]
     assert flag_for_version(history, "0.5.10") == "--cuda-graph-max-bs"
