@@ -8,7 +8,15 @@ import json
 import os
 from typing import Any
 
-from ansible.module_utils.bc_sweepstats import bands, cell, merge_reference, one_backend_cost, series_of, sweep_compare, sweep_table
+from ansible.module_utils.bc_sweepstats import (
+    bands,
+    cell,
+    merge_reference,
+    one_backend_cost,
+    series_of,
+    sweep_compare,
+    sweep_table,
+)
 
 
 def shape_key(result: dict[str, Any]) -> str:
