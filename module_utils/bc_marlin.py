@@ -341,6 +341,7 @@ class TunedTritonKernel(TritonKernel):
     def __init__(self, torch: Any, w: Weights, configs: dict[int, dict[str, int]] | None = None) -> None:
         super().__init__(torch, w)
         self.override = first_attr(TUNE_MODULES, "override_config")
+        self.current = first_attr(TUNE_MODULES, "get_config")
         self.configs: dict[int, dict[str, int]] = dict(configs or {})
         self.impl = "sglang fused_moe triton int4_w4a16, tuned here (%s)" % self.fn.__module__.rsplit(".", 2)[-2]
         self.tuning: dict[str, Any] = {}
@@ -361,8 +362,19 @@ class TunedTritonKernel(TritonKernel):
     def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
         if not self.configs:
             raise RuntimeError("triton_tuned has no tuned config: tune it first (bc_sweep_tune_budget_s > 0)")
-        with self.override(nearest(self.configs, x.shape[0])):
-            return super().__call__(x, topk_w, topk_ids)
+        before = self.current()
+        try:
+            with self.override(nearest(self.configs, x.shape[0])):
+                return super().__call__(x, topk_w, topk_ids)
+        except BaseException:
+            # SGLang's override_config restores the previous config only when its body returns (no try/finally:
+            # moe_runner/triton_utils/__init__.py 0.5.16:16-22): a config that raised (a Triton build out of shared
+            # memory) would stay in force for every later call, the server's own Triton backend's included (seen on the
+            # H200). Put back what was in force, in the module that holds it
+            import sys  # noqa: PLC0415
+
+            sys.modules[self.current.__module__]._config = before
+            raise
 
     def tune(self, sizes: list[int], routes: dict[int, tuple[Any, list[Any]]], device: Any, budget_s: float,
              seed: int, keep: list[int], clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
@@ -378,11 +390,13 @@ class TunedTritonKernel(TritonKernel):
             if cand is not None and clock() - started >= budget_s:
                 break
             try:
-                for m in sizes:
+                timed = {}
+                for m in sizes:  # a config counts only where it ran at every size (Triton specializes per size)
                     config = baseline[m] if cand is None else cand
                     self.configs = {m: config}
                     x, rts = routes[m]
-                    ms = median(time_point(self.torch, self, x, rts, device, 2, 5, True))
+                    timed[m] = (median(time_point(self.torch, self, x, rts, device, 2, 5, True)), config)
+                for m, (ms, config) in timed.items():
                     if cand is None:
                         today[m] = ms
                     if m not in best or ms < best[m][0]:

@@ -392,6 +392,8 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
         cfg = bc_marlin.nearest(kernel.configs, x)
         if cfg.get("num_warps") == 8 and cfg["BLOCK_SIZE_M"] == 128:
             raise RuntimeError("out of resources: shared memory")  # a config Triton cannot build here
+        if x == 4096 and cfg["BLOCK_SIZE_M"] == 16:
+            raise RuntimeError("out of resources at this size only")  # Triton specializes per size
         # at 256 a small BLOCK_SIZE_M wins, at 4096 a large one; the server's config is slower than both
         want = 16 if x <= 256 else 128
         return [10.0 if "server" in cfg else 1.0 + abs(cfg["BLOCK_SIZE_M"] - want) / 100 + cfg["num_stages"] / 1000]
@@ -402,7 +404,8 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
     routes = {256: (256, []), 4096: (4096, [])}
     got = kernel.tune([256, 4096], routes, None, budget_s=200, seed=0, keep=[1, 8], clock=lambda: float(next(ticks)))
     assert got["configs_tried"] + got["configs_failed"] <= 201 and got["configs_tried"] > 0
-    assert kernel.configs[256]["BLOCK_SIZE_M"] == 16 and kernel.configs[4096]["BLOCK_SIZE_M"] == 128
+    # the fastest at 256 (BLOCK_SIZE_M 16) fails at 4096: a config counts only where it ran at every size
+    assert kernel.configs[256]["BLOCK_SIZE_M"] == 32 and kernel.configs[4096]["BLOCK_SIZE_M"] == 128
     assert kernel.configs[1]["server"] == 1 and kernel.configs[8]["server"] == 8  # the untuned sizes answer as today
     assert set(kernel.configs) == {1, 8, 256, 4096}
     assert float(got["speedup"]["256"]) > 1 and got["sizes"] == [256, 4096] and got["space"] == len(bc_marlin.tune_candidates(0))
@@ -451,3 +454,46 @@ def test_the_fastest_backend_per_m_band_and_the_cost_of_one_backend_for_all():
     assert [c["backend"] for c in one_backend_cost(rows)][-1] == "torch"
     # geometric mean of sglang: (1 * 1 * 2 * 4 * 1) ** (1/5)
     assert cost["sglang"]["mean_x_fastest"] == round(8 ** 0.2, 3)
+
+
+def test_a_config_that_fails_does_not_stay_in_force_after_sglangs_override_leaks_it(monkeypatch):
+    """SGLang 0.5.16's override_config sets a module global and restores it only when its body returns (no
+    try/finally): a config whose Triton build fails stayed in force on the H200 and failed the server's own Triton
+    backend after it. A double of that module (its semantics, not its code) shows the kernel puts back what was in force."""
+    import contextlib
+    import types
+
+    fake = types.ModuleType("fake_triton_utils")
+    fake._config = None
+
+    @contextlib.contextmanager
+    def override_config(config):  # what 0.5.16 does: no finally
+        old = fake._config
+        fake._config = config
+        yield
+        fake._config = old
+
+    def get_config():
+        return fake._config
+
+    override_config.__module__ = get_config.__module__ = "fake_triton_utils"
+    monkeypatch.setitem(sys.modules, "fake_triton_utils", fake)
+
+    def build(_self, _x, _w, _ids):
+        if fake._config.get("num_stages") == 5:
+            raise RuntimeError("OutOfResources: out of resource: shared memory")
+        return "ok"
+
+    monkeypatch.setattr(bc_marlin.TritonKernel, "__call__", build)
+    kernel = FakeTuned()
+    kernel.override, kernel.current = override_config, get_config
+
+    class X:
+        shape = (256, 64)
+
+    kernel.configs = {256: {"num_stages": 5}}
+    with pytest.raises(RuntimeError, match="OutOfResources"):
+        kernel(X(), None, None)
+    assert fake._config is None  # what was in force before: nothing
+    kernel.configs = {256: {"num_stages": 3}}
+    assert kernel(X(), None, None) == "ok" and fake._config is None
