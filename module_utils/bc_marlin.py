@@ -380,7 +380,9 @@ class TunedTritonKernel(TritonKernel):
              seed: int, keep: list[int], clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
         """Time the server's config and then TUNE_SPACE's, in a seeded order, at each of `sizes` (routes[m]: its input
         and routings), until `budget_s` has passed; keep the fastest per M. `keep` are the other sizes the file must
-        answer the way the server does today (their entry is the server's current config)."""
+        answer the way the server does today (their entry is the server's current config), with anchors of its own
+        (anchors()): every size of the file starts as the server's config, a tuned one replaces it only where it was
+        faster. A tuning that timed nothing (the server's own config failed at a size) is a RuntimeError."""
         started, tried, failed = clock(), 0, 0
         best: dict[int, tuple[float, dict[str, int]]] = {}
         today: dict[int, float] = {}
@@ -401,14 +403,17 @@ class TunedTritonKernel(TritonKernel):
                         today[m] = ms
                     if m not in best or ms < best[m][0]:
                         best[m] = (ms, config)
-                tried += 1
+                tried += cand is not None
             except Exception:  # a config Triton cannot build or launch here (shared memory, registers)
                 failed += 1
                 try:
                     self.torch.cuda.synchronize(device)
                 except Exception:  # a device left unusable is the next config's (or the sweep's) error to report
                     pass
-        self.configs = {m: dict(baseline[m]) for m in keep}
+        if set(today) != set(sizes):
+            raise RuntimeError("the server's own Triton config could not be timed at M=%s: nothing to tune against"
+                               % ",".join(str(m) for m in sizes if m not in today))
+        self.configs = {m: dict(cfg) for m, cfg in baseline.items()}
         self.configs.update({m: dict(cfg) for m, (_ms, cfg) in best.items()})
         self.tuning = {"budget_s": budget_s, "spent_s": round(clock() - started, 1), "configs_tried": tried,
                        "configs_failed": failed, "space": len(walk) - 1, "sizes": sorted(sizes),
@@ -562,6 +567,16 @@ def tune_sizes(cfg: dict[str, Any], sizes: list[int]) -> list[int]:
     if given:
         return sorted(set(given))
     return [m for m in sizes if m >= 256] or list(sizes)
+
+
+def anchors(s: dict[str, int], sizes: list[int], tuned: list[int]) -> list[int]:
+    """The sizes the file answers with the server's own config: the sweep's untuned sizes, and anchors where the
+    loader would otherwise stretch a tuned entry over sizes never timed (it picks the nearest key for any M:
+    fused_moe_triton_config.py 0.5.16:300): powers of two from 1 to twice the largest tuned size, and E and E+1,
+    where SGLang's default config changes (`M <= E`, :254)."""
+    top = 2 * max(tuned)
+    powers = [1 << i for i in range(top.bit_length()) if (1 << i) <= top]
+    return sorted((set(sizes) | set(powers) | {s["E"], s["E"] + 1}) - set(tuned))
 
 
 def write_tuned(kernel: TunedTritonKernel, config_dir: str) -> dict[str, Any]:
@@ -762,8 +777,17 @@ def run_sweep(cfg: dict[str, Any], save: Callable[[dict[str, Any]], None] = lamb
         entry.update(impl=kernels[name].impl, prepare_s=round(time.monotonic() - t_kernel, 2))
     if "triton_tuned" in kernels:
         t_tune = time.monotonic()
-        tuned = tune_kernel(torch, cfg, kernels["triton_tuned"], s, sizes, device, dtype, seed)
-        next(r for r in report if r["name"] == "triton_tuned").update(tuning=tuned, tune_s=round(time.monotonic() - t_tune, 2))
+        entry = next(r for r in report if r["name"] == "triton_tuned")
+        try:
+            entry.update(tuning=tune_kernel(torch, cfg, kernels["triton_tuned"], s, sizes, device, dtype, seed))
+        except Exception as err:  # a secondary backend: reported, the others are timed (the primary's tuning is fatal)
+            if backends[0] == "triton_tuned":
+                raise
+            entry.update(status="unavailable", why="the tuning failed: %s: %s" % (type(err).__name__, str(err)[:300]))
+            del kernels["triton_tuned"]
+            if cuda:
+                torch.cuda.empty_cache()
+        entry["tune_s"] = round(time.monotonic() - t_tune, 2)
         save(result)
     backends = [b for b in backends if b in kernels]
     result["prepare_s"] = round(time.monotonic() - t_prep, 2)
@@ -806,7 +830,7 @@ def tune_kernel(torch: Any, cfg: dict[str, Any], kernel: TunedTritonKernel, s: d
     uniform = Routing(torch, s, routing_specs([{"kind": "uniform"}], s)[0], device, gen)
     routes = {m: (torch.randn((m, s["K"]), generator=gen, device=device).to(dtype),
                   make_routings(torch, s, m, 2, device, gen, uniform)) for m in at}
-    tuning = kernel.tune(at, routes, device, float(cfg.get("tune_budget_s", 0)), seed, [m for m in sizes if m not in at])
+    tuning = kernel.tune(at, routes, device, float(cfg.get("tune_budget_s", 0)), seed, anchors(s, sizes, at))
     del routes
     out_dir = cfg.get("tune_dir") or os.path.join(os.path.dirname(cfg.get("output") or ".") or ".", "moe-config")
     tuning.update(write_tuned(kernel, out_dir))
@@ -838,6 +862,14 @@ def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str
             check = {"relative_error": float("nan"), "bound": bound, "ok": False,
                      "error": "%s: %s" % (type(err).__name__, str(err)[:300])}
         entry["check"] = check
+        if not check["ok"] and (entry.get("tuning") or {}).get("path"):
+            import os  # noqa: PLC0415
+
+            try:  # a config that computes a wrong answer is never left where a server would load it
+                os.remove(entry["tuning"]["path"])
+                entry["tuning"]["withdrawn"] = True
+            except OSError:
+                entry["tuning"]["withdrawn"] = False
         if not check["ok"]:
             wrong.append("%s: %s" % (entry["name"], check.get("error") or "relative error %.4f > %.4f" % (check["relative_error"], bound)))
     primary = report[[r["name"] for r in report].index(result["backend"])]

@@ -170,7 +170,8 @@ def what_to_run(result: dict[str, Any]) -> list[str]:
                       "config over the server's own, in the tuning's timing: %s; written as %s (read back by SGLang's "
                       "loader: %s), for SGLANG_MOE_CONFIG_DIR=%s" % (
                           b["name"], t["configs_tried"], t["space"], t["configs_failed"], t["spent_s"], t["budget_s"],
-                          ",".join(map(str, t["sizes"])), ", ".join("M=%s x%s" % kv for kv in t.get("speedup", {}).items()),
+                          ",".join(map(str, t["sizes"])),
+                          ", ".join("M=%s x%s" % kv for kv in sorted(t.get("speedup", {}).items(), key=lambda kv: int(kv[0]))),
                           t.get("path") or t.get("file"), "yes" if t.get("loader_read_back") else "no", t.get("config_dir"))]
     return lines
 

@@ -408,11 +408,21 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
     assert kernel.configs[256]["BLOCK_SIZE_M"] == 32 and kernel.configs[4096]["BLOCK_SIZE_M"] == 128
     assert kernel.configs[1]["server"] == 1 and kernel.configs[8]["server"] == 8  # the untuned sizes answer as today
     assert set(kernel.configs) == {1, 8, 256, 4096}
+    # the server's own config failing at a size: nothing to tune against, never a map missing that size
+    def failing(_torch, kernel, x, *_a):
+        if x == 4096 and "server" in bc_marlin.nearest(kernel.configs, x):
+            raise RuntimeError("out of resources")
+        return [1.0]
+
+    monkeypatch.setattr(bc_marlin, "time_point", failing)
+    kernel, ticks = FakeTuned(), iter(range(10_000))
+    with pytest.raises(RuntimeError, match=r"could not be timed at M=.*4096"):
+        kernel.tune([256, 4096], routes, None, budget_s=5, seed=0, keep=[], clock=lambda: float(next(ticks)))
     assert float(got["speedup"]["256"]) > 1 and got["sizes"] == [256, 4096] and got["space"] == len(bc_marlin.tune_candidates(0))
     # no budget: only the server's own config is timed, and it is what the file says
     kernel, ticks = FakeTuned(), iter(range(10_000))
     got = kernel.tune([256], {256: (256, [])}, None, budget_s=0, seed=0, keep=[], clock=lambda: float(next(ticks)))
-    assert got["configs_tried"] == 1 and kernel.configs[256]["server"] == 256
+    assert got["configs_tried"] == 0 and kernel.configs[256]["server"] == 256  # the server's own config is not one of the grid's
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -497,3 +507,13 @@ def test_a_config_that_fails_does_not_stay_in_force_after_sglangs_override_leaks
     assert fake._config is None  # what was in force before: nothing
     kernel.configs = {256: {"num_stages": 3}}
     assert kernel(X(), None, None) == "ok" and fake._config is None
+
+
+def test_the_file_anchors_untimed_sizes_to_the_servers_config():
+    """SGLang's loader gives any M the nearest key's config: without anchors a config tuned at 256 would serve every
+    decode size, and one tuned at 4096 every prefill above it."""
+    s = {"E": 384, "K": 7168, "N": 256, "topk": 8, "group": 32, "bits": 4}
+    got = bc_marlin.anchors(s, [256, 512, 1024, 2048, 4096], [256, 512, 1024, 2048, 4096])
+    assert got[:8] == [1, 2, 4, 8, 16, 32, 64, 128] and {384, 385, 8192} <= set(got)
+    assert not {256, 512, 1024, 2048, 4096} & set(got)
+    assert 1 in bc_marlin.anchors(s, [1, 8, 1024], [1024]) and 8 in bc_marlin.anchors(s, [1, 8, 1024], [1024])
