@@ -466,6 +466,9 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
     # too (every "n" of a setting's name); the secrets are scrubbed below instead (values of 4 characters or more)
     spec = {k: {a: b for a, b in s.items() if a in ("type", "elements", "choices")} for k, s in contract.items()}
     checkable = {k: val for k, val in known.items() if k not in bad}
+    for name, value in checkable.items():  # a blank answer (an AWX survey's) to a list whose empty has a meaning
+        if contract[name].get("type") == "list" and contract[name].get("empty") and isinstance(value, str) and not value.strip():
+            checkable[name] = []
     validator = ArgumentSpecValidator(spec)
     try:
         result = validator.validate(checkable)

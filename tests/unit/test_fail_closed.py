@@ -151,3 +151,13 @@ def test_unrepairable_memory_fails_the_gpu():
     assert judge(parse_smi_xml(xml), [], [])["healthy"]
     verdict = judge(parse_smi_xml(bad), [], [])
     assert not verdict["healthy"] and any("unrepairable_memory=True" in p for p in verdict["problems"])
+
+
+@pytest.mark.parametrize("blank", ["", "  ", []])
+def test_a_blank_answer_to_a_list_whose_empty_has_a_meaning_is_that_meaning(blank):
+    """An AWX survey sends a blank answer as ""; bc_sweep_tune_batch_sizes says what empty means (the sizes from 256
+    up), so blank is accepted, where a list that must not be empty (bc_sweep_tp_sizes) still refuses it, by name."""
+    contract = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks/vars/contract.yml").read_text())["bc_contract"]
+    assert not [m for m in problems(contract, {"bc_sweep_tune_batch_sizes": blank}) if "bc_sweep_tune_batch_sizes" in m]
+    refused = [m for m in problems(contract, {"bc_sweep_tp_sizes": blank}) if "bc_lb_" not in m]
+    assert refused and all("bc_sweep_tp_sizes" in m for m in refused), refused
