@@ -21,6 +21,7 @@ the FLOPs at the dense bf16 tensor throughput, both measured in the same run.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -32,6 +33,7 @@ from ansible.module_utils.bc_sweepstats import (
     GIB,
     backend_list,
     bound_knee,
+    call_bytes,
     estimate_peak_bytes,
     floors,
     knee,
@@ -264,14 +266,23 @@ class TritonKernel:
 
         return first_attr(TRITON_MODULES, "fused_experts"), MoeRunnerConfig, StandardTopKOutput
 
-    def __init__(self, torch: Any, w: Weights) -> None:
+    def __init__(self, torch: Any, w: Weights | None, shared: dict[str, Any] | None = None) -> None:
+        """From `w`, or over the tensors another process laid out (`shared`: s, w13, w2, s13, s2; CUDA IPC, no copy:
+        a build process of the tuning)."""
         self.fn, config, self.topk_output = self.imports()
         server_defaults()
-        s = w.s
+        s = shared["s"] if shared else w.s  # type: ignore[union-attr]
         E, K, N = s["E"], s["K"], s["N"]
         self.torch, self.s = torch, s
         self.config = config(num_experts=E, num_local_experts=E, top_k=s["topk"], activation="silu", inplace=True)
         self.impl = "sglang fused_moe triton int4_w4a16 (%s)" % self.fn.__module__.rsplit(".", 2)[-2]
+        self.block_shape = [0, s["group"]]
+        self.buf: Any = None
+        if shared:
+            self.w13, self.w2, self.s13, self.s2 = (shared[k] for k in ("w13", "w2", "s13", "s2"))
+            return
+        if w is None:
+            raise ValueError("TritonKernel needs weights or the tensors of another process (shared)")
         self.w13 = torch.empty((E, 2 * N, K // 2), dtype=torch.uint8, device=w.device)
         self.w2 = torch.empty((E, K, N // 2), dtype=torch.uint8, device=w.device)
         self.s13 = torch.empty((E, 2 * N, w.gk), dtype=w.dtype, device=w.device)
@@ -281,8 +292,6 @@ class TritonKernel:
             self.w2[e0:e1] = qw2.transpose(1, 2).contiguous().view(torch.uint8)
             self.s13[e0:e1] = s13.transpose(1, 2)
             self.s2[e0:e1] = s2.transpose(1, 2)
-        self.block_shape = [0, s["group"]]
-        self.buf: Any = None
 
     def __call__(self, x: Any, topk_w: Any, topk_ids: Any) -> Any:
         if self.buf is None or self.buf.shape != x.shape:
@@ -296,12 +305,15 @@ class TritonKernel:
 # SGLang's tuning procedure for its Triton fused_moe (benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py of
 # the sglang repository: get_configs_compute_bound's grid of block sizes, GROUP_SIZE_M, warps and stages, each config
 # timed on the whole fused MoE call under override_config, the fastest kept per M, written as
-# {M: config} in the file get_config_file_name names). Here: a subset of that grid (data), walked after the config the
-# server runs today and then in a seeded order, within a time budget; a config Triton cannot build here is skipped.
+# {M: config} in the file get_config_file_name names). Here: a grid (data) that holds the server's own defaults' values
+# (fused_moe_triton_config.py 0.5.16:247-262: BLOCK_SIZE_K 32, GROUP_SIZE_M 8, and Triton's own 4 warps, 3 stages where
+# the config names none), walked from the configs nearest the server's (the fewest values changed) outwards, in a seeded
+# order among equals, within a time budget; a config Triton cannot build here is skipped.
 TUNE_SPACE: dict[str, list[int]] = {
-    "BLOCK_SIZE_M": [16, 32, 64, 128], "BLOCK_SIZE_N": [32, 64, 128, 256], "BLOCK_SIZE_K": [64, 128, 256],
-    "GROUP_SIZE_M": [1, 16, 32], "num_warps": [4, 8], "num_stages": [2, 3, 4],
+    "BLOCK_SIZE_M": [16, 32, 64, 128], "BLOCK_SIZE_N": [32, 64, 128, 256], "BLOCK_SIZE_K": [32, 64, 128, 256],
+    "GROUP_SIZE_M": [1, 8, 16, 32], "num_warps": [4, 8], "num_stages": [2, 3, 4],
 }
+TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}  # what Triton runs where a config names neither
 # where SGLang keeps override_config and the config loader: moe_runner/triton_utils (0.5.15-0.5.23), fused_moe_triton
 # before; the loader reads $SGLANG_MOE_CONFIG_DIR/configs/triton_<version>/<name> (fused_moe_triton_config.py
 # get_moe_configs, 0.5.16:55-178) and picks the entry of the nearest M (try_get_optimal_moe_config, 0.5.16:296)
@@ -310,14 +322,18 @@ CONFIG_MODULES = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_trito
                   "sglang.srt.layers.moe.fused_moe_triton.fused_moe")
 
 
-def tune_candidates(seed: int) -> list[dict[str, int]]:
-    """Every config of TUNE_SPACE, in a seeded order (the same seed, the same walk)."""
+def tune_candidates(seed: int, near: list[dict[str, int]] | None = None) -> list[dict[str, int]]:
+    """Every config of TUNE_SPACE, in a seeded order (the same seed, the same walk); with `near` (the server's own
+    configs), those that change the fewest of its values first: the budget is spent where a better config is likeliest."""
     import itertools  # noqa: PLC0415
     import random  # noqa: PLC0415
 
     keys = list(TUNE_SPACE)
     grid = [dict(zip(keys, values, strict=True)) for values in itertools.product(*(TUNE_SPACE[k] for k in keys))]
     random.Random(seed).shuffle(grid)
+    if near:
+        full = [dict(TRITON_LAUNCH_DEFAULTS, **c) for c in near]
+        grid.sort(key=lambda c: min(sum(c[k] != n.get(k) for k in keys) for n in full))  # stable: seeded among equals
     return grid
 
 
@@ -338,8 +354,9 @@ class TunedTritonKernel(TritonKernel):
         first_attr(CONFIG_MODULES, "try_get_optimal_moe_config")
         return TritonKernel.imports()
 
-    def __init__(self, torch: Any, w: Weights, configs: dict[int, dict[str, int]] | None = None) -> None:
-        super().__init__(torch, w)
+    def __init__(self, torch: Any, w: Weights | None, configs: dict[int, dict[str, int]] | None = None,
+                 shared: dict[str, Any] | None = None) -> None:
+        super().__init__(torch, w, shared)
         self.override = first_attr(TUNE_MODULES, "override_config")
         self.current = first_attr(TUNE_MODULES, "get_config")
         self.configs: dict[int, dict[str, int]] = dict(configs or {})
@@ -377,50 +394,203 @@ class TunedTritonKernel(TritonKernel):
             raise
 
     def tune(self, sizes: list[int], routes: dict[int, tuple[Any, list[Any]]], device: Any, budget_s: float,
-             seed: int, keep: list[int], clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+             seed: int, keep: list[int], clock: Callable[[], float] = time.monotonic,
+             build: Builders | None = None) -> dict[str, Any]:
         """Time the server's config and then TUNE_SPACE's, in a seeded order, at each of `sizes` (routes[m]: its input
-        and routings), until `budget_s` has passed; keep the fastest per M. `keep` are the other sizes the file must
-        answer the way the server does today (their entry is the server's current config), with anchors of its own
-        (anchors()): every size of the file starts as the server's config, a tuned one replaces it only where it was
-        faster. A tuning that timed nothing (the server's own config failed at a size) is a RuntimeError."""
-        started, tried, failed = clock(), 0, 0
+        and routings), until `budget_s` has passed (checked before each size: a config cut by it does not count);
+        keep the fastest per M. `keep` are the other sizes the file must answer the way the server does today (their
+        entry is the server's current config), with anchors of its own (anchors()): every size of the file starts as
+        the server's config, a tuned one replaces it only where it was faster. With `build` (Builders), the grid is
+        walked in batches of its width: a batch is built in the build processes at once (into Triton's on-disk cache),
+        then timed here one config at a time while they are idle, so no build shares the GPU with a timing; a config
+        they cannot build is failed untimed. A tuning that timed nothing (the server's own config failed at a size)
+        is a RuntimeError."""
+        started = clock()
+        deadline = started + budget_s
+        tried, failed, built = 0, 0, 0
+        spent = {"build_s": 0.0, "time_s": 0.0}
         best: dict[int, tuple[float, dict[str, int]]] = {}
         today: dict[int, float] = {}
         baseline = {m: self.server_config(m) for m in sorted(set(sizes) | set(keep))}
-        walk = [None, *tune_candidates(seed)]
-        for cand in walk:
-            if cand is not None and clock() - started >= budget_s:
-                break
+        own = [dict(TRITON_LAUNCH_DEFAULTS, **baseline[m]) for m in sizes]
+        timed_already = {tuple(c.get(k) for k in TUNE_SPACE) for c in own}  # above: not again as the grid's
+        walk = tune_candidates(seed, own)
+        grid = [c for c in walk if tuple(c.values()) not in timed_already]
+        notes: list[str] = []
+
+        def timed(cand: dict[str, int] | None) -> bool:
+            """Time one config at every size (the server's own: cand None); False where the budget cut it."""
+            nonlocal failed
+            got = {}
             try:
-                timed = {}
                 for m in sizes:  # a config counts only where it ran at every size (Triton specializes per size)
+                    if cand is not None and clock() >= deadline:
+                        return False
                     config = baseline[m] if cand is None else cand
                     self.configs = {m: config}
                     x, rts = routes[m]
-                    timed[m] = (median(time_point(self.torch, self, x, rts, device, 2, 5, True)), config)
-                for m, (ms, config) in timed.items():
-                    if cand is None:
-                        today[m] = ms
-                    if m not in best or ms < best[m][0]:
-                        best[m] = (ms, config)
-                tried += cand is not None
+                    got[m] = (median(time_point(self.torch, self, x, rts, device, 2, 5, True)), config)
             except Exception:  # a config Triton cannot build or launch here (shared memory, registers)
                 failed += 1
                 try:
                     self.torch.cuda.synchronize(device)
                 except Exception:  # a device left unusable is the next config's (or the sweep's) error to report
                     pass
+                return True
+            for m, (ms, config) in got.items():
+                if cand is None:
+                    today[m] = ms
+                if m not in best or ms < best[m][0]:
+                    best[m] = (ms, config)
+            return True
+
+        timed(None)
+        failed = 0  # the server's own config is not one of the grid's: its failure is the error below
         if set(today) != set(sizes):
             raise RuntimeError("the server's own Triton config could not be timed at M=%s: nothing to tune against"
                                % ",".join(str(m) for m in sizes if m not in today))
+        width = build.width if build else 1
+        at = 0
+        while at < len(grid) and clock() < deadline:
+            batch, at = grid[at:at + width], at + width
+            if build is not None:
+                t0 = clock()
+                try:
+                    errors = build.build(batch, deadline)
+                except BuildersFailed as err:  # they never started: build here, as without them
+                    notes.append("the build processes failed (%s): the configs were built here" % err)
+                    build.close()
+                    build, width, errors = None, 1, {}
+                spent["build_s"] += clock() - t0
+                if build is not None:
+                    failed += sum(1 for e in errors.values() if e)
+                    batch = [c for i, c in enumerate(batch) if errors.get(i) == ""]  # not built in time: not timed
+                    built += len(batch)
+            t0 = clock()
+            before = failed
+            for cand in batch:
+                if not timed(cand):
+                    break
+                tried += failed == before
+                before = failed
+            spent["time_s"] += clock() - t0
         self.configs = {m: dict(cfg) for m, cfg in baseline.items()}
         self.configs.update({m: dict(cfg) for m, (_ms, cfg) in best.items()})
         self.tuning = {"budget_s": budget_s, "spent_s": round(clock() - started, 1), "configs_tried": tried,
-                       "configs_failed": failed, "space": len(walk) - 1, "sizes": sorted(sizes),
-                       "file": self.file_name(),
+                       "configs_failed": failed, "space": len(walk), "sizes": sorted(sizes), "file": self.file_name(),
+                       "build_processes": build.width if build else 0, "built_ahead": built,
+                       "build_s": round(spent["build_s"], 1), "time_s": round(spent["time_s"], 1),
                        # the server's config's time over the tuned one's, per M, in the tuning's own timing
                        "speedup": {str(m): round(today[m] / ms, 3) for m, (ms, _c) in sorted(best.items()) if m in today}}
+        if notes:
+            self.tuning["notes"] = notes
         return self.tuning
+
+
+class BuildersFailed(RuntimeError):
+    """The build processes could not start (their set-up raised): the tuning builds in its own process instead."""
+
+
+_BUILDER: dict[str, Any] = {}  # in a build process: the function that builds one config, or why there is none
+
+
+def _builder_start(parent: int, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...]) -> None:
+    """A build process's start: end with the sweep (PR_SET_PDEATHSIG, SIGKILL when its parent exits: no orphan keeps
+    a CUDA context or a core past a killed sweep), then `setup(*args)`; its error is kept, to be answered per job."""
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG (Linux)
+    except (AttributeError, OSError):  # elsewhere: the pool's terminate at the tuning's end is the only bound
+        pass
+    if os.getppid() != parent:  # the sweep ended before the line above
+        os._exit(1)
+    try:
+        _BUILDER["build"] = setup(*args)
+    except Exception as err:
+        _BUILDER["failed"] = "%s: %s" % (type(err).__name__, str(err).strip().splitlines()[-1][:300] if str(err) else "")
+
+
+def _builder_job(job: tuple[int, Any]) -> tuple[int, str, bool]:
+    """(index, "" or why the config could not be built, whether the process itself never started)."""
+    index, config = job
+    if "failed" in _BUILDER:
+        return index, _BUILDER["failed"], True
+    try:
+        _BUILDER["build"](config)
+    except Exception as err:
+        return index, "%s: %s" % (type(err).__name__, str(err).strip().splitlines()[-1][:300] if str(err) else ""), False
+    return index, "", False
+
+
+class Builders:
+    """`width` processes that build the tuning's configs ahead of their timing. A Triton build is seconds of one core
+    and the timing needs the GPU alone; the H200's host has 16 cores. Each process runs `setup(*args)` once, which
+    returns the function that builds one config (the kernel run once at each tuned size under it, which leaves the
+    build in Triton's on-disk cache, where the timing process finds it; it raises where the config cannot be built).
+    Spawned, not forked (CUDA cannot be used in a forked child), with torch's reductions, so CUDA tensors in `args`
+    are shared through CUDA IPC, not copied; each ends with the sweep. close() ends them."""
+
+    def __init__(self, width: int, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...]) -> None:
+        import torch.multiprocessing as mp  # noqa: PLC0415 - torch's reductions: CUDA tensors cross by IPC
+
+        self.width = width
+        self.pool: Any = mp.get_context("spawn").Pool(width, initializer=_builder_start, initargs=(os.getpid(), setup, args))
+
+    def build(self, configs: list[Any], deadline: float, clock: Callable[[], float] = time.monotonic) -> dict[int, str]:
+        """Build `configs` at once: {index: "" built, or why not}; an index missing was not built by `deadline`
+        (the processes are then ended: what they were building would share the GPU with the timing).
+        BuildersFailed where the processes could not start."""
+        jobs = self.pool.imap_unordered(_builder_job, list(enumerate(configs)))
+        out: dict[int, str] = {}
+        while len(out) < len(configs):
+            left = deadline - clock()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                index, why, broken = jobs.next(timeout=left)
+            except Exception:  # multiprocessing.TimeoutError: the budget is spent
+                self.close()
+                return out
+            if broken:
+                raise BuildersFailed(why)
+            out[index] = why
+        return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+
+def _tuned_builder(shared: dict[str, Any], inputs: dict[int, tuple[Any, Any, Any]]) -> Callable[[Any], None]:
+    """In a build process: the tuned kernel over the sweep's own weights (shared), and the function that builds one
+    config by running it once at each tuned size on that size's input and first routing (inputs[m]: x, weights, ids)."""
+    torch = _torch()
+    kernel = TunedTritonKernel(torch, None, shared=shared)
+    device = next(iter(inputs.values()))[0].device
+    torch.cuda.set_device(device)
+
+    def build(config: dict[str, int]) -> None:
+        for m, (x, topk_w, topk_ids) in sorted(inputs.items()):
+            kernel.configs = {m: config}
+            kernel(x, topk_w, topk_ids)
+        torch.cuda.synchronize(device)
+
+    return build
+
+
+def build_width(torch: Any, s: dict[str, int], m: int, device: Any, cpus: int | None = None) -> int:
+    """How many build processes the tuning starts: a core left to the sweep itself, at most 8, and no more than the
+    GPU's free memory holds with a GiB to spare (each: a CUDA context and one call's buffers at the largest tuned size,
+    as the sweep's estimate counts them); below 2 it builds in its own process (0)."""
+    cores = (cpus if cpus is not None else len(os.sched_getaffinity(0))) - 1
+    each = call_bytes(s, m, 2) + (m * s["topk"] * s["K"] + m * s["K"]) * 2 + 768 * 1024 * 1024
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
+    width = min(cores, 8, max(0, (free - GIB) // each))
+    return int(width) if width >= 2 else 0
 
 
 class TorchKernel:
@@ -583,15 +753,17 @@ def write_tuned(kernel: TunedTritonKernel, config_dir: str) -> dict[str, Any]:
     """Write the tuned map where SGLang's loader looks under `config_dir` (its SGLANG_MOE_CONFIG_DIR:
     configs/triton_<version>/<file_name>), then read it back through the loader itself, with the directory set as
     the server would have it: the file is proven to be one the server loads, with these configs."""
-    import os  # noqa: PLC0415
-
     import triton  # noqa: PLC0415
 
     sub = os.path.join(config_dir, "configs", "triton_%s" % triton.__version__.replace(".", "_"))
     path = os.path.join(sub, kernel.file_name())
     os.makedirs(sub, exist_ok=True)
-    write_atomic(path, json.dumps({str(m): c for m, c in sorted(kernel.configs.items())}, indent=1))
     loader = first_attr(CONFIG_MODULES, "get_moe_configs")
+    # the directory replaces the package's own for every shape (the loader reads SGLANG_MOE_CONFIG_DIR or its package's
+    # directory, never both: fused_moe_triton_config.py 0.5.16:90-92): it carries the packaged configs too
+    packaged = os.path.join(os.path.dirname(os.path.realpath(sys.modules[loader.__module__].__file__ or "")), "configs")
+    copied = keep_packaged(packaged, os.path.join(config_dir, "configs"))
+    write_atomic(path, json.dumps({str(m): c for m, c in sorted(kernel.configs.items())}, indent=1))
     before = os.environ.get("SGLANG_MOE_CONFIG_DIR")
     os.environ["SGLANG_MOE_CONFIG_DIR"] = config_dir
     try:
@@ -605,8 +777,27 @@ def write_tuned(kernel: TunedTritonKernel, config_dir: str) -> dict[str, Any]:
         loader.cache_clear()
     if read != kernel.configs:
         raise RuntimeError("SGLang's loader read %s back as %r, not the tuned configs" % (path, read))
-    return {"path": path, "config_dir": config_dir, "loader_read_back": True,
+    return {"path": path, "config_dir": config_dir, "loader_read_back": True, "packaged_copied": copied,
             "configs": {str(m): c for m, c in sorted(kernel.configs.items())}}
+
+
+def keep_packaged(packaged: str, into: str) -> int:
+    """Copy the package's config files (`packaged`, SGLang's configs/ directory) into `into` where `into` has none of
+    that name: a tuned file (or an operator's) is never replaced by a packaged one. The number copied."""
+    import shutil  # noqa: PLC0415
+
+    copied = 0
+    for root, _dirs, files in os.walk(packaged):
+        for name in files:
+            if not name.endswith(".json"):
+                continue
+            target = os.path.join(into, os.path.relpath(os.path.join(root, name), packaged))
+            if os.path.lexists(target):
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(os.path.join(root, name), target)
+            copied += 1
+    return copied
 
 
 def time_point(torch: Any, kernel: Callable[..., Any], x: Any, routings: list[tuple[Any, Any]], device: Any,
@@ -823,14 +1014,22 @@ def tune_kernel(torch: Any, cfg: dict[str, Any], kernel: TunedTritonKernel, s: d
                 device: Any, dtype: Any, seed: int) -> dict[str, Any]:
     """Tune the kernel at its sizes on uniform routings of their own (the sweep's inputs are not drawn from this),
     within the run's budget, and write the config file the server loads (proven by its loader)."""
-    import os  # noqa: PLC0415
-
     at = tune_sizes(cfg, sizes)
     gen = torch.Generator(device=device).manual_seed(seed + 3)
     uniform = Routing(torch, s, routing_specs([{"kind": "uniform"}], s)[0], device, gen)
     routes = {m: (torch.randn((m, s["K"]), generator=gen, device=device).to(dtype),
                   make_routings(torch, s, m, 2, device, gen, uniform)) for m in at}
-    tuning = kernel.tune(at, routes, device, float(cfg.get("tune_budget_s", 0)), seed, anchors(s, sizes, at))
+    budget = float(cfg.get("tune_budget_s", 0))
+    width = build_width(torch, s, max(at), device) if budget > 0 else 0
+    build = None
+    if width:
+        shared = {"s": s, "w13": kernel.w13, "w2": kernel.w2, "s13": kernel.s13, "s2": kernel.s2}
+        build = Builders(width, _tuned_builder, (shared, {m: (x, *rts[0]) for m, (x, rts) in routes.items()}))
+    try:
+        tuning = kernel.tune(at, routes, device, budget, seed, anchors(s, sizes, at), build=build)
+    finally:
+        if build is not None:
+            build.close()
     del routes
     out_dir = cfg.get("tune_dir") or os.path.join(os.path.dirname(cfg.get("output") or ".") or ".", "moe-config")
     tuning.update(write_tuned(kernel, out_dir))
@@ -863,8 +1062,6 @@ def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str
                      "error": "%s: %s" % (type(err).__name__, str(err)[:300])}
         entry["check"] = check
         if not check["ok"] and (entry.get("tuning") or {}).get("path"):
-            import os  # noqa: PLC0415
-
             try:  # a config that computes a wrong answer is never left where a server would load it
                 os.remove(entry["tuning"]["path"])
                 entry["tuning"]["withdrawn"] = True

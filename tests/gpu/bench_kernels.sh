@@ -66,9 +66,12 @@ for path in sorted(glob.glob(sys.argv[1] + "/res/**/sweep-tp*.json", recursive=T
     for b in r.get("backends", []):
         t = b.get("tuning")
         if t:
-            print("%s tp%s: tuned %s configs (%s failed) of %s in %ss; speedup over the server's config %s; file %s, read back %s"
+            print("%s tp%s: tuned %s configs (%s failed) of %s in %ss (%s build processes: %s built ahead in %ss, timing %ss%s); "
+                  "speedup over the server's config %s; file %s, read back %s, %s packaged configs alongside"
                   % (path.split("/res/")[-1], r.get("tp_size"), t["configs_tried"], t["configs_failed"], t["space"], t["spent_s"],
-                     t["speedup"], t["file"], t.get("loader_read_back")))
+                     t.get("build_processes"), t.get("built_ahead"), t.get("build_s"), t.get("time_s"),
+                     "; " + " ".join(t["notes"]) if t.get("notes") else "", t["speedup"], t["file"], t.get("loader_read_back"),
+                     t.get("packaged_copied")))
             for m, c in sorted(t["configs"].items(), key=lambda kv: int(kv[0])):
                 print("  M=%-5s %s" % (m, c))
 PY

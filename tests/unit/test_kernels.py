@@ -360,6 +360,23 @@ def test_the_tuning_walk_is_the_whole_grid_in_a_seeded_order():
     assert walk == bc_marlin.tune_candidates(0) and walk != bc_marlin.tune_candidates(1)
 
 
+def changed(config: dict, server: dict) -> int:
+    """How many of the grid's values `config` changes from the server's (Triton's 4 warps, 3 stages where it names none)."""
+    full = dict(bc_marlin.TRITON_LAUNCH_DEFAULTS, **server)
+    return sum(config[k] != full.get(k) for k in bc_marlin.TUNE_SPACE)
+
+
+def test_the_walk_starts_next_to_the_servers_own_configs():
+    small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}  # 0.5.16's default, M <= E
+    large = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}  # and M > E
+    walk = bc_marlin.tune_candidates(3, [small, large])
+    distance = [min(changed(c, small), changed(c, large)) for c in walk]
+    assert distance == sorted(distance) and distance[:2] == [0, 0]  # both in the grid: the server's values are in it
+    assert distance.count(1) == 2 * 15  # every config one value away from either (3+3+3+3 blocks, 1 warps, 2 stages)
+    assert sorted(map(str, walk)) == sorted(map(str, bc_marlin.tune_candidates(3)))  # the same grid, reordered
+    assert walk == bc_marlin.tune_candidates(3, [small, large]) != bc_marlin.tune_candidates(4, [small, large])
+
+
 @pytest.mark.parametrize(("m", "key"), [(1, 1), (200, 256), (384, 256), (385, 512), (5000, 4096)])
 def test_a_size_gets_the_config_of_the_nearest_tuned_size_as_sglangs_loader_picks(m, key):
     # try_get_optimal_moe_config (fused_moe_triton_config.py 0.5.16:296): min(keys, key=|key - M|), the smaller on a tie
@@ -423,6 +440,53 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
     kernel, ticks = FakeTuned(), iter(range(10_000))
     got = kernel.tune([256], {256: (256, [])}, None, budget_s=0, seed=0, keep=[], clock=lambda: float(next(ticks)))
     assert got["configs_tried"] == 0 and kernel.configs[256]["server"] == 256  # the server's own config is not one of the grid's
+
+
+class FakeBuilders:
+    """A double of bc_marlin.Builders (the real processes: tests/unit/test_tune_builders.py): which configs its
+    processes could build, the batches it was given, and whether it was closed."""
+
+    def __init__(self, width: int, broken: str = "") -> None:
+        self.width, self.broken, self.batches, self.closed = width, broken, [], False
+
+    def build(self, configs, _deadline):
+        if self.broken:
+            raise bc_marlin.BuildersFailed(self.broken)
+        self.batches.append(list(configs))
+        return {i: "out of resources: shared memory" if c["BLOCK_SIZE_K"] == 256 else "" for i, c in enumerate(configs)}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_configs_built_ahead_are_timed_in_batches_and_one_that_cannot_be_built_is_never_timed(monkeypatch):
+    timed = []
+
+    def fake_time(_torch, kernel, x, _routes, _device, _warmup, _iters, _graph):
+        cfg = bc_marlin.nearest(kernel.configs, x)
+        assert cfg["BLOCK_SIZE_K"] != 256, "a config that could not be built was timed"
+        timed.append(json.dumps(cfg, sort_keys=True))
+        return [10.0 if "server" in cfg else 1.0 + cfg["BLOCK_SIZE_M"] / 100]
+
+    monkeypatch.setattr(bc_marlin, "time_point", fake_time)
+    ticks = iter(range(100_000))
+    build, kernel = FakeBuilders(4), FakeTuned()
+    got = kernel.tune([256, 4096], {256: (256, []), 4096: (4096, [])}, None, budget_s=60, seed=0, keep=[],
+                      clock=lambda: float(next(ticks)), build=build)
+    assert build.batches and all(len(b) == 4 for b in build.batches[:-1])
+    # the walk, a batch at a time, from the server's own config outwards (not itself: it was timed first)
+    assert [changed(c, FakeTuned().server_config(0)) for c in build.batches[0]] == [1, 1, 1, 1]
+    assert got["build_processes"] == 4 and got["configs_failed"] > 0
+    unbuildable = sum(1 for b in build.batches for c in b if c["BLOCK_SIZE_K"] == 256)
+    assert got["configs_failed"] == unbuildable and got["built_ahead"] >= got["configs_tried"]  # the last batch: cut
+    assert len(timed) == 2 * (got["configs_tried"] + 1)  # every config built is timed at both sizes, and the server's
+    assert kernel.configs[256]["BLOCK_SIZE_M"] == 16 and got["speedup"]["256"] > 1
+    # processes that never started: said, and the tuning builds in its own process instead
+    ticks, kernel, broken = iter(range(100_000)), FakeTuned(), FakeBuilders(4, "RuntimeError: No module named 'sglang'")
+    got = kernel.tune([256], {256: (256, [])}, None, budget_s=30, seed=0, keep=[], clock=lambda: float(next(ticks)),
+                      build=broken)
+    assert broken.closed and got["configs_tried"] > 0 and got["built_ahead"] == 0
+    assert "No module named 'sglang'" in got["notes"][0] and "built here" in got["notes"][0]
 
 
 @pytest.mark.parametrize(("extra", "message"), [
