@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "collection"
 # project path -> collection path (a file or every file of a folder)
 PYTHON_DIRS = {"library": "plugins/modules", "module_utils": "plugins/module_utils", "filter_plugins": "plugins/filter",
-               "callback_plugins": "plugins/callback", "doc_fragments": "plugins/doc_fragments"}
+               "callback_plugins": "plugins/callback", "lookup_plugins": "plugins/lookup", "doc_fragments": "plugins/doc_fragments"}
 # the product's playbooks (not the lab's nor the GPU test machine's provisioning)
 PLAYBOOKS = ("benchmark_cycle.yml", "gpu_benchmark.yml", "recover.yml")
 # a module's EXAMPLES literal: the only place a Python file names modules as tasks

@@ -58,6 +58,8 @@ def untouched(run: Run, before: str) -> None:
     ({"bc_api_key": KEY, "bc_engine_extra_args": ["--api-key", KEY]}, "bc_engine_extra_args[0] carries a secret"),
     ({"bc_gpu_health_rules": {"temperature_c": {"max": "hot"}}}, "bc_gpu_health_rules.temperature_c.max=hot: give a number"),
     ({"bc_api_key_required": True}, "bc_api_key is empty: the server would be restarted with no authentication"),
+    # a results directory the controller cannot write (a path under a file): the sweep's results would be lost
+    ({"bc_results_dir": "/etc/hostname/results"}, "the controller cannot write the results directory /etc/hostname/results"),
 ])
 def test_a_setting_that_would_disable_a_protection_is_refused_before_anything_is_touched(llama, reliability, extra, message):
     before = pid()

@@ -21,9 +21,14 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     (pdd / "env" / "extravars").write_text(json.dumps({
         "bc_target": "inference", "bc_sweep_batch_sizes": "1,2,4,8", "bc_sweep_tp_sizes": "1",
         "bc_sweep_backends": "torch", "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 3,
-        "bc_api_key": SECRET}))
+        # the key as AWX's credential type (awx/configure.yml) hands it over: a 0600 file, its path in BC_API_KEY_FILE,
+        # read as inventory/ct200 reads it
+        "bc_api_key": "{{ lookup('bc_secret', 'BC_API_KEY') }}"}))
+    key_file = tmp_path / "credential-file"
+    key_file.write_text(SECRET + "\n")
+    key_file.chmod(0o600)
     (pdd / "env" / "settings").write_text(json.dumps({"idle_timeout": 0, "job_timeout": 3600}))
-    (pdd / "env" / "envvars").write_text(json.dumps({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    (pdd / "env" / "envvars").write_text(json.dumps({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "BC_API_KEY_FILE": str(key_file),
                                                      "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}))
     events: list[dict] = []
     r = ansible_runner.run(private_data_dir=str(pdd), playbook="benchmark_cycle.yml", inventory=str(ROOT / INVENTORY),
@@ -40,7 +45,41 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     artifacts = Path(r.config.artifact_dir)
     assert (artifacts / "stdout").stat().st_size > 0 and any((artifacts / "job_events").iterdir())
     assert (artifacts / "status").read_text() == "successful"
-    # the API key is in the extravars AWX wrote, and nowhere in what the job printed or recorded
+    # the API key is in the credential's file, and nowhere in what the job printed or recorded: runner keeps the job's
+    # environment in artifacts/<id>/command (ansible_runner/runner.py 2.4.3:139-145), which holds the file's path only
     leaked = [p for p in artifacts.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
     assert leaked == [], leaked
+    assert json.loads((artifacts / "command").read_text())["env"]["BC_API_KEY_FILE"] == str(key_file)
+    assert sh("systemctl is-active llama-lab").strip() == "active"
+    # the job's artifacts (AWX shows set_stats on the job): the outcome published by the cycle, the reports added
+    stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]["artifact_data"]["benchmark_cycle"]
+    host = next(iter(stats))
+    assert stats[host]["status"] == "complete" and stats[host]["failure"] is None and stats[host]["reports"], stats
+    # and the server got it: the unit's environment file (0600) holds it, and the server refuses a request without it
+    assert sh(f"grep -c '{SECRET}' /etc/benchmark-cycle/llama-lab.env").strip() == "1"
+    assert sh("curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' "
+              "-d '{\"prompt\": \"1\", \"n_predict\": 1}' http://127.0.0.1:8080/completion").strip() == "401"
+
+
+def test_a_failed_job_publishes_its_outcome_too(llama, tmp_path):
+    """A roll that stops at a failed host runs no later play: the outcome (what failed, whether the service was started
+    again, the drain, the router) is published by the cycle itself, on every exit, for AWX to show on the failed job."""
+    pdd = tmp_path / "pdd"
+    (pdd / "env").mkdir(parents=True)
+    (pdd / "project").symlink_to(ROOT)
+    sh("printf '#!/bin/sh\\ncase \"$1\" in -c) exec /opt/bench-venv/bin/python \"$@\";; esac\\nexit 3\\n' > /usr/local/bin/failing-python"
+       " && chmod +x /usr/local/bin/failing-python")
+    (pdd / "env" / "extravars").write_text(json.dumps({
+        "bc_target": "inference", "bc_sweep_batch_sizes": "1,2", "bc_sweep_tp_sizes": "1", "bc_sweep_backends": "torch",
+        "bc_stop_policy": "always", "bc_start_delay_s": 1, "bc_sweep_python": "/usr/local/bin/failing-python"}))
+    (pdd / "env" / "envvars").write_text(json.dumps({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                                                     "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}))
+    events: list[dict] = []
+    r = ansible_runner.run(private_data_dir=str(pdd), playbook="benchmark_cycle.yml", inventory=str(ROOT / INVENTORY),
+                           event_handler=lambda e: events.append(e) or True, quiet=True)
+    assert r.status == "failed", r.stdout.read()[-3000:]
+    stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]["artifact_data"]["benchmark_cycle"]
+    outcome = next(iter(stats.values()))
+    assert outcome["status"] == "failed" and "the service was started again" in outcome["failure"], outcome
+    assert outcome["strategy"] == "stop" and outcome["results_dir"], outcome
     assert sh("systemctl is-active llama-lab").strip() == "active"

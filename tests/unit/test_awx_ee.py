@@ -74,7 +74,8 @@ def test_awx_task_arguments_are_valid(task):
     args = dict(task[module])
     args.pop("survey_spec", None)  # a lookup relative to the playbook; its JSON is checked above
     extra = json.dumps(PLAY["vars"])
-    proc = subprocess.run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-e", extra,
+    proc = subprocess.run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "--playbook-dir", str(ROOT / "awx"),
+                           "-e", extra,
                            "-e", f"ansible_python_interpreter={sys.executable}", "-m", module, "-a", json.dumps(args)],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
     out = proc.stdout + proc.stderr
@@ -102,3 +103,52 @@ def test_the_recovery_job_runs_the_recovery_playbook_with_its_own_answers():
     assert {q["variable"] for q in survey["spec"]} == {"bc_target", "bc_lock_break_token"}
     contract = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
     assert "bc_lock_break_token" in contract
+
+
+def task(module: str, name_start: str = "") -> dict:
+    return next(t for t in PLAY["tasks"] if module in t and t["name"].startswith(name_start))[module]
+
+
+def rendered(expr: str) -> str:
+    """`expr` templated with the play's vars as the play would (playbook_dir: awx/), by a real `ansible` run."""
+    proc = subprocess.run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "--playbook-dir", str(ROOT / "awx"),
+                           "-e", json.dumps(PLAY["vars"]), "-e", f"ansible_python_interpreter={sys.executable}",
+                           "-m", "ansible.builtin.debug", "-a", json.dumps({"msg": expr})],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.split("=>", 1)[1])["msg"]
+
+
+def test_every_secret_the_site_reads_is_injected_as_a_file_never_as_a_value():
+    """inventory/ct200 reads each secret with lookup('bc_secret', NAME): the credential type must inject NAME_FILE (a
+    path: ansible-runner records the job's environment in artifacts/<id>/command) from a file template of that input,
+    and nothing else into the environment."""
+    import re
+
+    site = "\n".join(p.read_text() for p in (ROOT / "inventory/ct200").rglob("*.yml"))
+    names = set(re.findall(r"lookup\('bc_secret', '([A-Z_]+)'\)", site))
+    assert "BC_API_KEY" in names and "lookup('ansible.builtin.env', 'BC_API_KEY')" not in site
+    injectors = task("awx.awx.credential_type")["injectors"]
+    env, files = injectors["env"], injectors["file"]
+    assert set(env) >= {n + "_FILE" for n in names} and all(k.endswith("_FILE") for k in env), env
+    for var, value in env.items():  # each path names one file template, whose content is one of the type's inputs
+        field = re.fullmatch(r"\{% raw %\}\{\{ tower\.filename\.(\w+) \}\}\{% endraw %\}", value).group(1)
+        assert files["template." + field] == "{% raw %}{{ " + field + " }}{% endraw %}", var
+    fields = {f["id"]: f for f in task("awx.awx.credential_type")["inputs"]["fields"]}
+    assert all(f["secret"] for f in fields.values()) and "bc_api_key" in task("awx.awx.credential_type")["inputs"]["required"]
+
+
+def test_the_jobs_run_on_the_projects_ee_with_the_secrets_and_a_pinned_release():
+    ee = task("awx.awx.execution_environment")
+    for template in (task("awx.awx.job_template", "Job template"), task("awx.awx.job_template", "Recovery")):
+        assert template["execution_environment"] == "{{ awx_ee_name }}"
+        assert template["credentials"] == ["{{ awx_credential_name }}", "{{ awx_secrets_credential_name }}"]
+    assert ee["name"] == "{{ awx_ee_name }}" and ee["pull"] == "missing"
+    project = task("awx.awx.project")
+    assert project["allow_override"] is False and project["scm_branch"] == "{{ awx_scm_branch }}"
+    version = yaml.safe_load((ROOT / "collection/galaxy.yml").read_text())["version"]
+    assert rendered("{{ awx_scm_branch }}") == "v" + version  # the release tag, never a moving branch
+    assert rendered("{{ awx_ee_image }}").endswith(":v" + version)
+    # the secrets credential: made from BC_API_KEY at apply time without logging it, never overwritten on a re-apply
+    credential = next(t for t in PLAY["tasks"] if t["name"].startswith("Secrets credential"))
+    assert credential["no_log"] is True and credential["awx.awx.credential"]["update_secrets"] is False

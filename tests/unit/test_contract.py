@@ -22,7 +22,7 @@ SOURCES = [p for d in ("playbooks", "roles", "inventory", "awx", "molecule") for
 
 
 # and the shared code's files (module_utils/bc_*.py), named in comments and descriptions
-FILES = {p.stem for p in (ROOT / "module_utils").glob("bc_*.py")}
+FILES = {p.stem for p in (ROOT / "module_utils").glob("bc_*.py")} | {p.stem for p in (ROOT / "lookup_plugins").glob("bc_*.py")}
 
 
 def names_in(text: str) -> set[str]:

@@ -8,6 +8,7 @@ refused). The contract is the generator: a setting added there is covered the da
 
 from __future__ import annotations
 
+import decimal
 import math
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,8 @@ def accepted_means_what_the_contract_says(name: str, spec: dict[str, Any], value
         assert value not in ("", [], {}, None) and not (isinstance(value, str) and not value.strip()), (name, value)
     if "range" in spec and spec["type"] == "int" and not isinstance(value, (list, dict)):
         low, high = spec["range"]
-        assert not isinstance(value, bool) and low <= int(float(str(value))) <= high, (name, value)
+        # read as Ansible reads an int (validation.py check_type_int: Decimal, which strips Unicode whitespace)
+        assert not isinstance(value, bool) and low <= int(decimal.Decimal(str(value))) <= high, (name, value)
     if "choices" in spec:
         assert str(value) in [str(c) for c in spec["choices"]], (name, value)
     if name == "bc_serial":  # each batch at least one host: never the whole fleet at once by accident
