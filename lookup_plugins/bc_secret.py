@@ -60,18 +60,31 @@ def read_secret(name: str, environ: Mapping[str, str]) -> str:
                           % (name, name, name, name))
     if not path:
         return value
-    try:
-        st = os.stat(path)
+    try:  # opened once, never through a symlink, never blocking on a FIFO: what is checked is what is read
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
-        raise SecretError("%s_FILE=%s cannot be read (%s): give the path of the file that holds the secret"
+        raise SecretError("%s_FILE=%s cannot be read (%s): give the path of a regular file this user owns, mode 0600"
                           % (name, path, err.strerror)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise SecretError("%s_FILE=%s is not a regular file: give the path of the file that holds the secret" % (name, path))
-    if st.st_mode & 0o077:
-        raise SecretError("%s_FILE=%s is readable by others than its owner (mode %04o): chmod 600 %s"
-                          % (name, path, stat.S_IMODE(st.st_mode), path))
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # checked on the descriptor: a directory or a FIFO is never read
+            raise SecretError("%s_FILE=%s is not a regular file: give the path of the file that holds the secret" % (name, path))
+        if st.st_uid != os.geteuid():
+            raise SecretError("%s_FILE=%s belongs to uid %d, not to this user (uid %d): chown it, or give a file of your own"
+                              % (name, path, st.st_uid, os.geteuid()))
+        if st.st_mode & 0o077:
+            raise SecretError("%s_FILE=%s is readable by others than its owner (mode %04o): chmod 600 %s"
+                              % (name, path, stat.S_IMODE(st.st_mode), path))
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:  # never the byte or its position: both are the secret's
+        raise SecretError("%s_FILE=%s is not UTF-8 text: put the secret in it as one line of text" % (name, path)) from None
     text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
     if not text:
         raise SecretError("%s_FILE=%s is empty: put the secret in it, or unset %s_FILE" % (name, path, name))

@@ -395,13 +395,14 @@ class TunedTritonKernel(TritonKernel):
 
     def tune(self, sizes: list[int], routes: dict[int, tuple[Any, list[Any]]], device: Any, budget_s: float,
              seed: int, keep: list[int], clock: Callable[[], float] = time.monotonic,
-             build: Builders | None = None) -> dict[str, Any]:
+             builders: Callable[[float], Builders] | None = None) -> dict[str, Any]:
         """Time the server's config and then TUNE_SPACE's, in a seeded order, at each of `sizes` (routes[m]: its input
         and routings), until `budget_s` has passed (checked before each size: a config cut by it does not count);
         keep the fastest per M. `keep` are the other sizes the file must answer the way the server does today (their
         entry is the server's current config), with anchors of its own (anchors()): every size of the file starts as
-        the server's config, a tuned one replaces it only where it was faster. With `build` (Builders), the grid is
-        walked in batches of its width: a batch is built in the build processes at once (into Triton's on-disk cache),
+        the server's config, a tuned one replaces it only where it was faster. With `builders` (a function of the
+        deadline that starts Builders, called once the server's own config is timed, so no process starts beside that
+        timing), the grid is walked in batches of its width: a batch is built in the build processes at once (into Triton's on-disk cache),
         then timed here one config at a time while they are idle, so no build shares the GPU with a timing; a config
         they cannot build is failed untimed. A tuning that timed nothing (the server's own config failed at a size)
         is a RuntimeError."""
@@ -449,6 +450,14 @@ class TunedTritonKernel(TritonKernel):
         if set(today) != set(sizes):
             raise RuntimeError("the server's own Triton config could not be timed at M=%s: nothing to tune against"
                                % ",".join(str(m) for m in sizes if m not in today))
+        build: Builders | None = None
+        if builders is not None and clock() < deadline:
+            t0 = clock()
+            try:
+                build = builders(deadline)
+            except BuildersFailed as err:  # they never started: build here, as without them
+                notes.append("the build processes failed (%s): the configs were built here" % err)
+            spent["build_s"] += clock() - t0
         width = build.width if build else 1
         at = 0
         while at < len(grid) and clock() < deadline:
@@ -457,7 +466,7 @@ class TunedTritonKernel(TritonKernel):
                 t0 = clock()
                 try:
                     errors = build.build(batch, deadline)
-                except BuildersFailed as err:  # they never started: build here, as without them
+                except BuildersFailed as err:  # they broke: build here, as without them (this batch's configs too)
                     notes.append("the build processes failed (%s): the configs were built here" % err)
                     build.close()
                     build, width, errors = None, 1, {}
@@ -478,50 +487,57 @@ class TunedTritonKernel(TritonKernel):
         self.configs.update({m: dict(cfg) for m, (_ms, cfg) in best.items()})
         self.tuning = {"budget_s": budget_s, "spent_s": round(clock() - started, 1), "configs_tried": tried,
                        "configs_failed": failed, "space": len(walk), "sizes": sorted(sizes), "file": self.file_name(),
-                       "build_processes": build.width if build else 0, "built_ahead": built,
+                       "build_processes": width if built else 0, "built_ahead": built,
                        "build_s": round(spent["build_s"], 1), "time_s": round(spent["time_s"], 1),
                        # the server's config's time over the tuned one's, per M, in the tuning's own timing
                        "speedup": {str(m): round(today[m] / ms, 3) for m, (ms, _c) in sorted(best.items()) if m in today}}
+        if build is not None:
+            build.close()
         if notes:
             self.tuning["notes"] = notes
         return self.tuning
 
 
 class BuildersFailed(RuntimeError):
-    """The build processes could not start (their set-up raised): the tuning builds in its own process instead."""
+    """The build processes could not start or broke (a set-up that raised, one that died): the tuning builds in its own
+    process instead."""
 
 
-_BUILDER: dict[str, Any] = {}  # in a build process: the function that builds one config, or why there is none
+def _why(err: BaseException) -> str:
+    """An exception as one short line: its type and the last non-blank line of its message."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return ("%s: %s" % (type(err).__name__, lines[-1].strip()[:300])) if lines else type(err).__name__
 
 
-def _builder_start(parent: int, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...]) -> None:
-    """A build process's start: end with the sweep (PR_SET_PDEATHSIG, SIGKILL when its parent exits: no orphan keeps
-    a CUDA context or a core past a killed sweep), then `setup(*args)`; its error is kept, to be answered per job."""
+def _builder_main(parent: int, conn: Any, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...]) -> None:
+    """A build process: end with the sweep (PR_SET_PDEATHSIG, SIGKILL when its parent exits: no orphan keeps a CUDA
+    context or a core past a killed sweep), run `setup(*args)` and say it is up (""), or why not; then build each
+    (index, config) it is sent and answer (index, "" or why not), until its pipe closes."""
     import ctypes  # noqa: PLC0415
     import signal  # noqa: PLC0415
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG (Linux)
-    except (AttributeError, OSError):  # elsewhere: the pool's terminate at the tuning's end is the only bound
+    except (AttributeError, OSError):  # elsewhere: close() at the tuning's end is the only bound
         pass
     if os.getppid() != parent:  # the sweep ended before the line above
         os._exit(1)
     try:
-        _BUILDER["build"] = setup(*args)
+        build = setup(*args)
     except Exception as err:
-        _BUILDER["failed"] = "%s: %s" % (type(err).__name__, str(err).strip().splitlines()[-1][:300] if str(err) else "")
-
-
-def _builder_job(job: tuple[int, Any]) -> tuple[int, str, bool]:
-    """(index, "" or why the config could not be built, whether the process itself never started)."""
-    index, config = job
-    if "failed" in _BUILDER:
-        return index, _BUILDER["failed"], True
-    try:
-        _BUILDER["build"](config)
-    except Exception as err:
-        return index, "%s: %s" % (type(err).__name__, str(err).strip().splitlines()[-1][:300] if str(err) else ""), False
-    return index, "", False
+        conn.send(_why(err))
+        return
+    conn.send("")
+    while True:
+        try:
+            index, config = conn.recv()
+        except (EOFError, OSError, TypeError):  # closed, or told to stop (None)
+            return
+        try:
+            build(config)
+            conn.send((index, ""))
+        except Exception as err:
+            conn.send((index, _why(err)))
 
 
 class Builders:
@@ -530,39 +546,95 @@ class Builders:
     returns the function that builds one config (the kernel run once at each tuned size under it, which leaves the
     build in Triton's on-disk cache, where the timing process finds it; it raises where the config cannot be built).
     Spawned, not forked (CUDA cannot be used in a forked child), with torch's reductions, so CUDA tensors in `args`
-    are shared through CUDA IPC, not copied; each ends with the sweep. close() ends them."""
+    are shared through CUDA IPC, not copied; each ends with the sweep. One pipe per process, no pool: a process that
+    dies is seen at once (multiprocessing.Pool loses the job it held and can hang in its terminate). The constructor
+    returns once every process is up (its set-up done: nothing of theirs runs beside a timing afterwards), by
+    `deadline`, else BuildersFailed. close() ends them."""
 
-    def __init__(self, width: int, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...]) -> None:
+    def __init__(self, width: int, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...], deadline: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         import torch.multiprocessing as mp  # noqa: PLC0415 - torch's reductions: CUDA tensors cross by IPC
 
-        self.width = width
-        self.pool: Any = mp.get_context("spawn").Pool(width, initializer=_builder_start, initargs=(os.getpid(), setup, args))
+        ctx = mp.get_context("spawn")
+        self.width, self.clock = width, clock
+        self.procs: list[tuple[Any, Any]] = []
+        try:
+            for _i in range(width):
+                mine, theirs = ctx.Pipe()
+                proc = ctx.Process(target=_builder_main, args=(os.getpid(), theirs, setup, args), daemon=True)
+                proc.start()
+                theirs.close()
+                self.procs.append((proc, mine))
+            for up, (proc, conn) in enumerate(self.procs):
+                why = self._answer(proc, conn, deadline, "%d of %d build processes were up within the budget" % (up, width))
+                if why:
+                    raise BuildersFailed(why)
+        except BaseException:
+            self.close()
+            raise
 
-    def build(self, configs: list[Any], deadline: float, clock: Callable[[], float] = time.monotonic) -> dict[int, str]:
+    def _answer(self, proc: Any, conn: Any, deadline: float, late: str) -> Any:
+        """The next message of one process; BuildersFailed where it ended first, or `late` at the deadline."""
+        while True:
+            left = deadline - self.clock()
+            if left <= 0:
+                raise BuildersFailed(late)
+            if conn.poll(min(left, 1.0)):
+                try:
+                    return conn.recv()
+                except (EOFError, OSError):
+                    break
+            if not proc.is_alive() and not conn.poll():
+                break
+        raise BuildersFailed("a build process ended before it answered (exit code %s)" % proc.exitcode)
+
+    def build(self, configs: list[Any], deadline: float) -> dict[int, str]:
         """Build `configs` at once: {index: "" built, or why not}; an index missing was not built by `deadline`
-        (the processes are then ended: what they were building would share the GPU with the timing).
-        BuildersFailed where the processes could not start."""
-        jobs = self.pool.imap_unordered(_builder_job, list(enumerate(configs)))
+        (the processes are then ended: what they were building would share the GPU with the timing). BuildersFailed
+        where a process died (its config is lost, and waiting for it would spend the budget)."""
+        from multiprocessing.connection import wait  # noqa: PLC0415
+
+        if not self.procs:
+            raise BuildersFailed("the build processes were ended")
+        pending = list(enumerate(configs))
+        busy: dict[Any, Any] = {}  # conn -> its process
         out: dict[int, str] = {}
-        while len(out) < len(configs):
-            left = deadline - clock()
-            try:
-                if left <= 0:
-                    raise TimeoutError
-                index, why, broken = jobs.next(timeout=left)
-            except Exception:  # multiprocessing.TimeoutError: the budget is spent
+        for proc, conn in self.procs:
+            if pending:
+                conn.send(pending.pop(0))
+                busy[conn] = proc
+        while busy:
+            left = deadline - self.clock()
+            if left <= 0:
                 self.close()
                 return out
-            if broken:
-                raise BuildersFailed(why)
-            out[index] = why
+            for conn in wait(list(busy), timeout=min(left, 1.0)):
+                try:
+                    index, why = conn.recv()
+                except (EOFError, OSError):
+                    self.close()
+                    raise BuildersFailed("a build process died while building (a crash in Triton's compiler?)") from None
+                out[index] = why
+                if pending:
+                    conn.send(pending.pop(0))
+                else:
+                    del busy[conn]
+            if any(not proc.is_alive() for proc in busy.values()):
+                self.close()
+                raise BuildersFailed("a build process died while building (a crash in Triton's compiler?)")
         return out
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-            self.pool = None
+        procs, self.procs = self.procs, []
+        for proc, conn in procs:
+            conn.close()  # a process waiting for work reads the end and returns
+            if proc.is_alive():
+                proc.terminate()
+        for proc, _conn in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
 
 
 def _tuned_builder(shared: dict[str, Any], inputs: dict[int, tuple[Any, Any, Any]]) -> Callable[[Any], None]:
@@ -584,12 +656,15 @@ def _tuned_builder(shared: dict[str, Any], inputs: dict[int, tuple[Any, Any, Any
 
 def build_width(torch: Any, s: dict[str, int], m: int, device: Any, cpus: int | None = None) -> int:
     """How many build processes the tuning starts: a core left to the sweep itself, at most 8, and no more than the
-    GPU's free memory holds with a GiB to spare (each: a CUDA context and one call's buffers at the largest tuned size,
-    as the sweep's estimate counts them); below 2 it builds in its own process (0)."""
+    GPU's free memory holds beside the sweep's own timing and a GiB to spare (each: a CUDA context and one call's
+    buffers at the largest tuned size, as the sweep's estimate counts them; free memory is read now, with a server
+    beside it where the sweep runs beside one); below 2 it builds in its own process (0)."""
     cores = (cpus if cpus is not None else len(os.sched_getaffinity(0))) - 1
-    each = call_bytes(s, m, 2) + (m * s["topk"] * s["K"] + m * s["K"]) * 2 + 768 * 1024 * 1024
+    call = call_bytes(s, m, 2) + (m * s["topk"] * s["K"] + m * s["K"]) * 2
+    each = call + 768 * 1024 * 1024
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
-    width = min(cores, 8, max(0, (free - GIB) // each))
+    # beside the builders: the sweep's own timing at that size (its call's buffers, twice for the graphs) and a GiB
+    width = min(cores, 8, max(0, (free - GIB - 2 * call) // each))
     return int(width) if width >= 2 else 0
 
 
@@ -784,8 +859,6 @@ def write_tuned(kernel: TunedTritonKernel, config_dir: str) -> dict[str, Any]:
 def keep_packaged(packaged: str, into: str) -> int:
     """Copy the package's config files (`packaged`, SGLang's configs/ directory) into `into` where `into` has none of
     that name: a tuned file (or an operator's) is never replaced by a packaged one. The number copied."""
-    import shutil  # noqa: PLC0415
-
     copied = 0
     for root, _dirs, files in os.walk(packaged):
         for name in files:
@@ -795,7 +868,8 @@ def keep_packaged(packaged: str, into: str) -> int:
             if os.path.lexists(target):
                 continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(os.path.join(root, name), target)
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                write_atomic(target, f.read())  # a copy cut short never stays: the next run would skip it as present
             copied += 1
     return copied
 
@@ -1021,16 +1095,19 @@ def tune_kernel(torch: Any, cfg: dict[str, Any], kernel: TunedTritonKernel, s: d
                   make_routings(torch, s, m, 2, device, gen, uniform)) for m in at}
     budget = float(cfg.get("tune_budget_s", 0))
     width = build_width(torch, s, max(at), device) if budget > 0 else 0
-    build = None
-    if width:
+    started: list[Builders] = []
+
+    def builders(deadline: float) -> Builders:
         shared = {"s": s, "w13": kernel.w13, "w2": kernel.w2, "s13": kernel.s13, "s2": kernel.s2}
-        build = Builders(width, _tuned_builder, (shared, {m: (x, *rts[0]) for m, (x, rts) in routes.items()}))
+        started.append(Builders(width, _tuned_builder, (shared, {m: (x, *rts[0]) for m, (x, rts) in routes.items()}), deadline))
+        return started[-1]
+
     try:
-        tuning = kernel.tune(at, routes, device, budget, seed, anchors(s, sizes, at), build=build)
+        tuning = kernel.tune(at, routes, device, budget, seed, anchors(s, sizes, at), builders=builders if width else None)
     finally:
-        if build is not None:
+        for build in started:  # whatever ended the tuning (an exception included), no build process outlives it
             build.close()
-    del routes
+    routes.clear()  # the tuning's inputs freed before the sweep's
     out_dir = cfg.get("tune_dir") or os.path.join(os.path.dirname(cfg.get("output") or ".") or ".", "moe-config")
     tuning.update(write_tuned(kernel, out_dir))
     return tuning

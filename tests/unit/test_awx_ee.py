@@ -149,6 +149,8 @@ def test_the_jobs_run_on_the_projects_ee_with_the_secrets_and_a_pinned_release()
     version = yaml.safe_load((ROOT / "collection/galaxy.yml").read_text())["version"]
     assert rendered("{{ awx_scm_branch }}") == "v" + version  # the release tag, never a moving branch
     assert rendered("{{ awx_ee_image }}").endswith(":v" + version)
-    # the secrets credential: made from BC_API_KEY at apply time without logging it, never overwritten on a re-apply
+    # the secrets credential: made from BC_API_KEY at apply time without logging it, never modified on a re-apply
     credential = next(t for t in PLAY["tasks"] if t["name"].startswith("Secrets credential"))
-    assert credential["no_log"] is True and credential["awx.awx.credential"]["update_secrets"] is False
+    # state exists: awx.awx's credential module creates it when missing and never modifies one that exists
+    # (modules/credential.py 24.6.1: "C(exists) will not modify the resource if it is present")
+    assert credential["no_log"] is True and credential["awx.awx.credential"]["state"] == "exists"

@@ -26,6 +26,13 @@ def secret_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
     return path
 
 
+def binary_file(tmp_path: Path) -> Path:
+    path = tmp_path / "bin"
+    path.write_bytes(b"sk-\xff\xfe-key")
+    path.chmod(0o600)
+    return path
+
+
 @pytest.mark.parametrize(("text", "want"), [(KEY, KEY), (KEY + "\n", KEY), (KEY + "\r\n", KEY), (KEY + "\n\n", KEY + "\n")])
 def test_the_file_is_the_secret_less_one_trailing_newline(tmp_path, text, want):
     assert read_secret("BC_API_KEY", {"BC_API_KEY_FILE": str(secret_file(tmp_path, text))}) == want
@@ -43,6 +50,12 @@ def test_without_a_file_the_environment_value_and_empty_when_unset():
     (lambda p: {"BC_API_KEY_FILE": str(p / "absent")}, r"BC_API_KEY_FILE=.*absent cannot be read \(No such file"),
     (lambda p: {"BC_API_KEY_FILE": str(p)}, r"is not a regular file"),
     (lambda p: {"BC_API_KEY_FILE": str(secret_file(p, KEY)), "BC_API_KEY": "other"}, r"both BC_API_KEY and BC_API_KEY_FILE are set"),
+    # a symlink is not followed (what is checked must be what is read), a FIFO never blocks the read
+    (lambda p: (p / "link").symlink_to(secret_file(p, KEY)) or {"BC_API_KEY_FILE": str(p / "link")}, r"cannot be read \(Too many levels"),
+    (lambda p: os.mkfifo(p / "fifo", 0o600) or {"BC_API_KEY_FILE": str(p / "fifo")}, r"is not a regular file"),
+    # bytes that are not text: said without the byte or its position (both would be the key's)
+    (lambda p: {"BC_API_KEY_FILE": str(binary_file(p))},
+     r"^BC_API_KEY_FILE=\S+ is not UTF-8 text: put the secret in it as one line of text$"),
 ])
 def test_a_file_that_is_wrong_is_an_error_naming_the_variable_and_the_fix_never_an_empty_key(tmp_path, setup, message):
     with pytest.raises(SecretError, match=message):
@@ -80,3 +93,10 @@ def test_the_site_inventory_reads_the_key_from_the_credentials_file_and_refuses_
     # the inventory as a file holds the lookup, not the key
     assert KEY not in inventory_key({"BC_API_KEY_FILE": str(secret_file(tmp_path, KEY))}).stdout
     assert json.loads(inventory_key({}).stdout)["bc_api_key"].startswith("{{ lookup('bc_secret'")
+
+
+def test_a_file_of_another_user_is_refused_naming_the_owner(tmp_path):
+    path = secret_file(tmp_path, KEY)
+    os.chown(path, 65534, 65534)  # nobody: the tests run as root (a controller's own file is the job's user's)
+    with pytest.raises(SecretError, match=r"belongs to uid 65534, not to this user \(uid 0\): chown it"):
+        read_secret("BC_API_KEY", {"BC_API_KEY_FILE": str(path)})

@@ -470,9 +470,15 @@ def test_configs_built_ahead_are_timed_in_batches_and_one_that_cannot_be_built_i
 
     monkeypatch.setattr(bc_marlin, "time_point", fake_time)
     ticks = iter(range(100_000))
-    build, kernel = FakeBuilders(4), FakeTuned()
+    build, kernel, started_after = FakeBuilders(4), FakeTuned(), []
+
+    def start(_deadline):  # the builders start once the server's own config is timed, never beside that timing
+        started_after.append(len(timed))
+        return build
+
     got = kernel.tune([256, 4096], {256: (256, []), 4096: (4096, [])}, None, budget_s=60, seed=0, keep=[],
-                      clock=lambda: float(next(ticks)), build=build)
+                      clock=lambda: float(next(ticks)), builders=start)
+    assert started_after == [2] and build.closed  # the server's config at both sizes, then the builders; closed at the end
     assert build.batches and all(len(b) == 4 for b in build.batches[:-1])
     # the walk, a batch at a time, from the server's own config outwards (not itself: it was timed first)
     assert [changed(c, FakeTuned().server_config(0)) for c in build.batches[0]] == [1, 1, 1, 1]
@@ -481,12 +487,20 @@ def test_configs_built_ahead_are_timed_in_batches_and_one_that_cannot_be_built_i
     assert got["configs_failed"] == unbuildable and got["built_ahead"] >= got["configs_tried"]  # the last batch: cut
     assert len(timed) == 2 * (got["configs_tried"] + 1)  # every config built is timed at both sizes, and the server's
     assert kernel.configs[256]["BLOCK_SIZE_M"] == 16 and got["speedup"]["256"] > 1
-    # processes that never started: said, and the tuning builds in its own process instead
-    ticks, kernel, broken = iter(range(100_000)), FakeTuned(), FakeBuilders(4, "RuntimeError: No module named 'sglang'")
+    # processes that broke (one died, a set-up that raised): said, and the tuning builds in its own process instead
+    ticks, kernel, broken = iter(range(100_000)), FakeTuned(), FakeBuilders(4, "a build process died while building")
     got = kernel.tune([256], {256: (256, [])}, None, budget_s=30, seed=0, keep=[], clock=lambda: float(next(ticks)),
-                      build=broken)
+                      builders=lambda _deadline: broken)
     assert broken.closed and got["configs_tried"] > 0 and got["built_ahead"] == 0
-    assert "No module named 'sglang'" in got["notes"][0] and "built here" in got["notes"][0]
+    assert "a build process died" in got["notes"][0] and "built here" in got["notes"][0]
+
+    def never_started(_deadline):
+        raise bc_marlin.BuildersFailed("RuntimeError: No module named 'sglang'")
+
+    ticks, kernel = iter(range(100_000)), FakeTuned()
+    got = kernel.tune([256], {256: (256, [])}, None, budget_s=30, seed=0, keep=[], clock=lambda: float(next(ticks)),
+                      builders=never_started)
+    assert got["configs_tried"] > 0 and got["build_processes"] == 0 and "No module named 'sglang'" in got["notes"][0]
 
 
 @pytest.mark.parametrize(("extra", "message"), [

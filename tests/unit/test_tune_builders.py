@@ -28,10 +28,21 @@ ansible.module_utils.__path__.append(%(mu)r)  # as tests/conftest.py does: the c
 from ansible.module_utils import bc_marlin
 
 
-def setup(mode):
+class Unreadable:
+    """An argument a build process cannot unpickle (a CUDA IPC handle it cannot open, as the pool sees it)."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise OSError("pidfd_getfd: Operation not permitted")
+
+
+def setup(mode, *_unused):
     """The double of the kernel's build: a config's name says what its build does."""
     if mode == "broken":
-        raise RuntimeError("No module named 'sglang'")
+        raise RuntimeError("No module named 'sglang'\\n   \\n")
 
     def build(config):
         if config == "bad":
@@ -40,6 +51,8 @@ def setup(mode):
             time.sleep(600)
         if config == "pid":
             print(json.dumps({"child": os.getpid()}), flush=True)
+        if config == "crash":
+            os._exit(9)  # a segfault in Triton's compiler, as the pool sees it
 
     return build
 
@@ -54,19 +67,20 @@ def children():
 
 if __name__ == "__main__":
     mode, configs, window = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
-    b = bc_marlin.Builders(2, setup, (mode,))
     t0 = time.monotonic()
+    b = None
     try:
-        if mode != "broken":  # the pool up (spawned, imported) before the window counts
-            b.build(["pid", "pid"], time.monotonic() + 300)
-            print(json.dumps({"children": children()}), flush=True)
-            t0 = time.monotonic()
+        args = (mode, Unreadable()) if mode == "unreadable" else (mode,)
+        b = bc_marlin.Builders(2, setup, args, time.monotonic() + (20 if mode == "unreadable" else 300))  # once both are up
+        print(json.dumps({"children": children()}), flush=True)
+        t0 = time.monotonic()
         out = b.build(configs, time.monotonic() + window)
     except bc_marlin.BuildersFailed as err:
         out = {"failed": str(err)}
     took = time.monotonic() - t0
-    closed = b.pool is None
-    b.close()
+    closed = b is None or not b.procs
+    if b is not None:
+        b.close()
     print(json.dumps({"out": out, "took": took, "closed_at_deadline": closed, "after": children()}), flush=True)
 '''
 
@@ -122,8 +136,8 @@ def test_the_deadline_ends_the_builds_and_the_processes(driver):
 
 def test_a_set_up_that_fails_is_said_once_not_retried_per_config(driver):
     got = run(driver, "broken", ["a", "b", "c"], 120)
-    assert got["out"]["failed"] == "RuntimeError: No module named 'sglang'"
-    assert got["took"] < 120  # said at the first answer, not at the deadline
+    assert got["out"]["failed"] == "RuntimeError: No module named 'sglang'"  # the last line that says something
+    assert got["took"] < 120  # said as soon as it is known, not at the deadline
 
 
 def test_a_killed_sweep_leaves_no_build_process_behind(driver):
@@ -181,3 +195,17 @@ def test_the_packaged_configs_come_along_and_never_replace_a_tuned_file(tmp_path
     assert json.loads((into / "triton_3_6_0/E=8,N=64,device_name=X.json").read_text()) == {"1": {"packaged": 1}}
     assert not (into / "README.md").exists()
     assert bc_marlin.keep_packaged(str(packaged), str(into)) == 0  # again: nothing new
+
+
+def test_a_process_that_cannot_start_fails_the_builders_at_once_not_at_the_deadline(driver):
+    # its arguments fail to unpickle: it ends before it can say it is up
+    got = run(driver, "unreadable", ["a"], 120)
+    assert got["out"]["failed"].startswith("a build process ended before it answered (exit code ")
+    assert got["took"] < 120
+
+
+def test_a_process_that_dies_while_building_fails_the_builders_at_once_not_at_the_deadline(driver):
+    got = run(driver, "ok", ["a", "crash", "b"], 240)
+    assert got["out"] == {"failed": "a build process died while building (a crash in Triton's compiler?)"}
+    assert got["took"] < 120  # found within seconds, not at the 240 s deadline
+    assert gone(got["children"]) == []
