@@ -244,7 +244,7 @@ def test_results_go_to_the_configured_directory_and_the_summary_is_published(lla
         run = playbook("benchmark_cycle.yml", extra_vars={"bc_results_dir": results})
         assert run.rc == 0, run.out[-3000:]
         assert list(Path(results).glob(f"{HOST}/*/sweep-tp1-torch.json")) and (Path(results) / "history.jsonl").exists()
-        assert "Publish the summary as job artifacts" in run.out
+        assert "Publish the host's outcome as job artifacts" in run.out
 
 
 def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama):
