@@ -41,6 +41,7 @@ from ansible.module_utils.bc_sweepstats import (
     point_cost,
     replay_ids,
     routing_specs,
+    triton_call_bytes,
     validate,
     winners,
 )
@@ -50,6 +51,12 @@ def _torch() -> Any:
     import torch  # noqa: PLC0415 - imported only where the sweep runs
 
     return torch
+
+
+def _why(err: BaseException) -> str:
+    """An exception as one short line: its type and the last non-blank line of its message."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return ("%s: %s" % (type(err).__name__, lines[-1].strip()[:300])) if lines else type(err).__name__
 
 
 def import_errors(names: list[str]) -> dict[str, str]:
@@ -64,7 +71,7 @@ def import_errors(names: list[str]) -> dict[str, str]:
                 KERNELS[name].imports()
             out[name] = ""
         except Exception as err:
-            out[name] = ("%s: %s" % (type(err).__name__, err)).strip().splitlines()[-1][:300]
+            out[name] = _why(err)
     return out
 
 
@@ -419,34 +426,31 @@ class TunedTritonKernel(TritonKernel):
         grid = [c for c in walk if tuple(c.values()) not in timed_already]
         notes: list[str] = []
 
-        def timed(cand: dict[str, int] | None) -> bool:
-            """Time one config at every size (the server's own: cand None); False where the budget cut it."""
-            nonlocal failed
+        def timed(cand: dict[str, int] | None) -> str:
+            """Time one config at every size (the server's own: cand None): "timed", "failed", or "cut" by the budget."""
             got = {}
             try:
                 for m in sizes:  # a config counts only where it ran at every size (Triton specializes per size)
                     if cand is not None and clock() >= deadline:
-                        return False
+                        return "cut"
                     config = baseline[m] if cand is None else cand
                     self.configs = {m: config}
                     x, rts = routes[m]
                     got[m] = (median(time_point(self.torch, self, x, rts, device, 2, 5, True)), config)
             except Exception:  # a config Triton cannot build or launch here (shared memory, registers)
-                failed += 1
                 try:
                     self.torch.cuda.synchronize(device)
                 except Exception:  # a device left unusable is the next config's (or the sweep's) error to report
                     pass
-                return True
+                return "failed"
             for m, (ms, config) in got.items():
                 if cand is None:
                     today[m] = ms
                 if m not in best or ms < best[m][0]:
                     best[m] = (ms, config)
-            return True
+            return "timed"
 
-        timed(None)
-        failed = 0  # the server's own config is not one of the grid's: its failure is the error below
+        timed(None)  # the server's own config is not one of the grid's: its failure is the error below
         if set(today) != set(sizes):
             raise RuntimeError("the server's own Triton config could not be timed at M=%s: nothing to tune against"
                                % ",".join(str(m) for m in sizes if m not in today))
@@ -476,12 +480,12 @@ class TunedTritonKernel(TritonKernel):
                     batch = [c for i, c in enumerate(batch) if errors.get(i) == ""]  # not built in time: not timed
                     built += len(batch)
             t0 = clock()
-            before = failed
             for cand in batch:
-                if not timed(cand):
+                outcome = timed(cand)
+                if outcome == "cut":
                     break
-                tried += failed == before
-                before = failed
+                tried += outcome == "timed"
+                failed += outcome == "failed"
             spent["time_s"] += clock() - t0
         self.configs = {m: dict(cfg) for m, cfg in baseline.items()}
         self.configs.update({m: dict(cfg) for m, (_ms, cfg) in best.items()})
@@ -501,12 +505,6 @@ class TunedTritonKernel(TritonKernel):
 class BuildersFailed(RuntimeError):
     """The build processes could not start or broke (a set-up that raised, one that died): the tuning builds in its own
     process instead."""
-
-
-def _why(err: BaseException) -> str:
-    """An exception as one short line: its type and the last non-blank line of its message."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    return ("%s: %s" % (type(err).__name__, lines[-1].strip()[:300])) if lines else type(err).__name__
 
 
 def _builder_main(parent: int, conn: Any, setup: Callable[..., Callable[[Any], None]], args: tuple[Any, ...]) -> None:
@@ -660,7 +658,7 @@ def build_width(torch: Any, s: dict[str, int], m: int, device: Any, cpus: int | 
     buffers at the largest tuned size, as the sweep's estimate counts them; free memory is read now, with a server
     beside it where the sweep runs beside one); below 2 it builds in its own process (0)."""
     cores = (cpus if cpus is not None else len(os.sched_getaffinity(0))) - 1
-    call = call_bytes(s, m, 2) + (m * s["topk"] * s["K"] + m * s["K"]) * 2
+    call = call_bytes(s, m, 2) + triton_call_bytes(s, m, 2)
     each = call + 768 * 1024 * 1024
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
     # beside the builders: the sweep's own timing at that size (its call's buffers, twice for the graphs) and a GiB

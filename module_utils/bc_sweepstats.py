@@ -271,6 +271,12 @@ def call_bytes(s: dict[str, int], m: int, dtype_bytes: int = 2) -> float:
     return acts + sort + 4 * 1024 * 1024  # + workspace and allocator rounding
 
 
+def triton_call_bytes(s: dict[str, int], m: int, dtype_bytes: int = 2) -> float:
+    """What SGLang's Triton path keeps beyond call_bytes at m tokens: the down-projection output per (token, expert),
+    and the input copy (its in-place call)."""
+    return (m * s["topk"] * s["K"] + m * s["K"]) * dtype_bytes
+
+
 def resident_bytes(s: dict[str, int], backend: str, dtype_bytes: int = 2) -> float:
     """Weights a backend keeps on the device for the whole sweep: each INT4 backend its own layout
     of the packed words and scales (the same size), torch the dequantized bf16 matrices."""
@@ -298,8 +304,8 @@ def estimate_peak_bytes(s: dict[str, int], batch_sizes: Iterable[int], backends:
     weights = sum(resident_bytes(s, b, dtype_bytes) for b in chosen)
     build = max(build_bytes(s, b, dtype_bytes, chunk_experts) for b in chosen)
     acts = call_bytes(s, m, dtype_bytes)
-    if set(chosen) & set(TRITON_BACKENDS):  # SGLang's Triton path keeps the down-projection output per (token, expert), and the input copy
-        acts += (m * s["topk"] * s["K"] + m * s["K"]) * dtype_bytes
+    if set(chosen) & set(TRITON_BACKENDS):
+        acts += triton_call_bytes(s, m, dtype_bytes)
     if "torch" in chosen:  # gathered inputs, both GEMMs' outputs, and the fp32 copy of the weighted output
         acts += 3 * m * s["topk"] * (2 * s["N"] + s["K"]) * dtype_bytes + m * s["topk"] * s["K"] * 2
     routing = routings * m * s["topk"] * 8 + m * s["E"] * 4
