@@ -267,6 +267,19 @@ def cycle_verdict(failure: str, touched: bool, recovery: bool, host: str) -> str
     return _verdict(str(failure), bool(touched), bool(recovery), str(host))
 
 
+def batch_lost(started: Any, remaining: Any, max_fail_percentage: Any) -> dict[str, Any]:
+    """The roll's verdict on the batch that has just run: the hosts it `started` with that are no longer in it
+    (`remaining`, ansible_play_batch now: a host whose cycle failed and one that became unreachable both leave it),
+    their share of the batch in percent, and whether that share is above `max_fail_percentage` (then the roll stops).
+    Ansible's own max_fail_percentage counts failed hosts only (plugins/strategy/linear.py): a host that became
+    unreachable after its stop would let the roll go on."""
+    start = [str(h) for h in started or []]
+    left = {str(h) for h in remaining or []}
+    lost = [h for h in start if h not in left]
+    share = 100.0 * len(lost) / len(start) if start else 0.0
+    return {"lost": lost, "share": round(share, 1), "stop": share > int(max_fail_percentage)}
+
+
 def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
     """What a dead cycle left on `host`, in one sentence: the lock (holder, age, the heartbeat's promise, its record),
     the unit's state and whether its dead-man switch is armed (`found`: lock, unit, switch)."""
@@ -303,5 +316,5 @@ class FilterModule:
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
-            "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict,
+            "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict, "bc_batch_lost": batch_lost,
         }

@@ -3,7 +3,9 @@
 
     lab/lab.py image          build the lab image unless the one for this recipe exists
     lab/lab.py up [N]         (re)start N lab hosts and write inventory/lab/hosts.yml
-    lab/lab.py down           remove every lab host
+    lab/lab.py down           remove every lab host (and the router)
+    lab/lab.py router         (re)start the router double (lab/router_double.py) in its own lab container; print
+                              its address on the lab's network (for the hosts' hooks) and on loopback, as JSON
     lab/lab.py artifacts      build (once) llama-server and the tiny model; print their paths as JSON
                               (--shell: as BC_LLAMA_SERVER=... BC_LAB_MODEL=... for eval)
     lab/lab.py vllm           build (once) a real vLLM (the CPU build, pinned) and the tiny model in its format;
@@ -38,6 +40,9 @@ NAME_PREFIX = "bc-lab-"
 SSH_PORT_BASE = 22200
 HTTP_PORT_BASE = 28080
 SERVICE_PORT = 8080
+ROUTER = NAME_PREFIX + "router"
+ROUTER_PORT = 9000
+ROUTER_LOOPBACK_PORT = 28000
 TORCH_REQUIREMENT = os.environ.get("BC_LAB_TORCH", "torch==2.13.0")
 PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "sudo", "openssh-server",
@@ -234,6 +239,32 @@ def write_inventory(hosts: dict[str, dict[str, object]], key: Path) -> None:
     (ROOT / "inventory" / "lab" / "hosts.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def router() -> dict[str, object]:
+    """The router double (lab/router_double.py) in a container of the lab image: the hosts reach it on the lab's
+    network (each hook runs on its host, as a site's does), the controller on a loopback port."""
+    ref = build_image()
+    subprocess.run(["podman", "rm", "-f", "-t", "1", ROUTER], check=False, capture_output=True, timeout=120)
+    script = ROOT / "lab" / "router_double.py"
+    run(["podman", "run", "-d", "--name", ROUTER, "-p", f"127.0.0.1:{ROUTER_LOOPBACK_PORT}:{ROUTER_PORT}",
+         "-v", f"{script}:/usr/local/bin/router-double:ro,Z", ref, "python3", "/usr/local/bin/router-double",
+         "--port", str(ROUTER_PORT)], stdout=subprocess.DEVNULL, cwd=STATE, timeout=120)
+    address = subprocess.run(["podman", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", ROUTER], check=True,
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    loopback = f"http://127.0.0.1:{ROUTER_LOOPBACK_PORT}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", ROUTER_LOOPBACK_PORT), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"lab: the router double did not answer on {loopback} within 30 s") from None
+            time.sleep(0.2)
+    if not address:
+        raise SystemExit(f"lab: the router container {ROUTER} has no address on the lab's network")
+    return {"url": f"http://{address}:{ROUTER_PORT}", "loopback": loopback, "container": ROUTER}
+
+
 MODEL_RECIPE = ROOT / "lab" / "make_model.py"
 
 
@@ -306,11 +337,12 @@ def main(argv: list[str] | None = None) -> None:
     p_up.add_argument("count", nargs="?", type=int, default=int(os.environ.get("BC_LAB_HOSTS", "1")))
     p_up.add_argument("--instance-config", type=Path, help="also write molecule's instance config (YAML) here")
     sub.add_parser("down")
+    sub.add_parser("router")
     sub.add_parser("mirror")
     sub.add_parser("artifacts").add_argument("--shell", action="store_true")
     sub.add_parser("vllm").add_argument("--shell", action="store_true")
     args = parser.parse_args(argv)
-    if shutil.which("podman") is None and args.cmd in ("image", "up", "down"):
+    if shutil.which("podman") is None and args.cmd in ("image", "up", "down", "router"):
         raise SystemExit("lab: podman is not installed; run `./tasks setup`")
     if args.cmd == "image":
         print(build_image())
@@ -318,6 +350,9 @@ def main(argv: list[str] | None = None) -> None:
         up(args.count, args.instance_config)
     elif args.cmd == "down":
         down()
+    elif args.cmd == "router":
+        STATE.mkdir(mode=0o700, exist_ok=True)
+        print(json.dumps(router()))
     elif args.cmd == "mirror":
         print(apt_mirror(host_suite()))
     elif args.cmd == "vllm":

@@ -115,3 +115,19 @@ def test_recovery_findings_say_what_a_dead_cycle_left_in_one_sentence():
             "unit": {"ActiveState": "active", "SubState": "running"}, "switch": {}}
     assert F["bc_recovery_findings"](calm, "ct200", "sglang-k26") == (
         "ct200: no lock; sglang-k26 is active (running); the dead-man switch is not armed")
+
+
+def test_batch_lost_counts_a_host_that_became_unreachable_as_a_lost_one():
+    from bc_filters import batch_lost
+
+    # lab5 became unreachable after its stop (it left ansible_play_batch; Ansible's max_fail_percentage does not count it)
+    assert batch_lost(["lab4", "lab5", "lab6"], ["lab4", "lab6"], 50) == {"lost": ["lab5"], "share": 33.3, "stop": False}
+    assert batch_lost(["lab4", "lab5", "lab6"], ["lab6"], 50) == {"lost": ["lab4", "lab5"], "share": 66.7, "stop": True}
+    # the default share, 0: one host lost stops the roll; a batch that lost none goes on
+    assert batch_lost(["lab1"], [], 0)["stop"] is True
+    assert batch_lost(["lab1", "lab2"], ["lab2", "lab1"], 0) == {"lost": [], "share": 0.0, "stop": False}
+    # exactly the share is within it (Ansible's rule: above it stops); the share as Ansible templates it, a string
+    assert batch_lost(["a", "b", "c", "d"], ["a", "b", "c"], "25")["stop"] is False
+    assert batch_lost(["a", "b", "c", "d"], ["a", "b"], "25")["stop"] is True
+    # nothing started, nothing lost
+    assert batch_lost([], [], 0) == {"lost": [], "share": 0.0, "stop": False}

@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""The fleet at scale (#31): N lab hosts (podman, systemd as PID 1, the SGLang double as the server), every
+router hook talking to one router double (lab/router_double.py), the real cycle rolled over them with
+bc_serial 1, 25% and 50% (forks = the batch), then once more with faults on three hosts.
+
+    .venv/bin/python bench/fleet_scale.py --hosts 24                 # ./tasks fleet 24
+    .venv/bin/python bench/fleet_scale.py --hosts 6 --serials 1 50%  # the size CI affords (./tasks test)
+
+For each roll: its wall time, the controller's CPU (this process's children: ansible-playbook, its
+workers, ssh), the hosts' CPU (their containers' cpuacct), and what the router saw - every transition,
+the most hosts out at once, a sample each second. The model it is checked against (docs/fleet.md):
+
+    wall(b) = o(b) + ceil(N / b) * max(t1, b * c / P)      b the batch, P the cores
+    t1: one host's cycle alone; c: the machine CPU of one host's cycle; o(b): the plays around the cycle
+
+t1 and c are measured by the serial-1 roll, o(b) in each roll (the callback's timeline); the model then predicts
+the other rolls.
+The faults roll: batch b, bc_max_fail_percentage between 1/b and 2/b, one host of the first batch never
+ready (tolerated), and in the second batch one host whose GPU went bad and one that becomes unreachable
+once its service is stopped: the roll stops after the second batch, and no later host is touched.
+
+Prints a JSON summary (and writes it to --out); exits 1 naming each invariant that did not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible.utils.helpers import pct_to_int
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FLEET = ROOT / ".lab" / "fleet"
+UNIT = "sglang-double"
+# the SGLang double under systemd, as the lab's engine cases run it (tests/integration/conftest.py DOUBLE); the
+# sweep cut to two points: the fleet measures the roll, the kernel sweep has its own benchmarks
+FLEET_VARS: dict[str, Any] = {
+    "bc_engine": "sglang", "bc_unit": UNIT, "bc_port": 30001, "bc_engine_python": "/usr/bin/python3",
+    "bc_engine_settings": {"model_path": "/opt/models/Kimi-K2.6", "served_model_name": "kimi-k2.6", "tp_size": 8,
+                           "host": "127.0.0.1", "enable_metrics": True, "watchdog_timeout": 900},
+    "bc_engine_env": {"PYTHONPATH": "/opt/sglang-double", "BC_DOUBLE_LOAD_S": "3", "BC_DOUBLE_WARMUP_S": "2",
+                      "SGLANG_CACHE_DIR": "/var/cache/sglang"},
+    "bc_sweep_batch_sizes": [1, 8], "bc_sweep_routing": [{"kind": "uniform"}],
+    "bc_lb_required": True, "bc_readiness_timeout_s": 60,
+    # the dead-man switch's window covers the sweep's budget: a host cut off mid-sweep serves again within minutes
+    "bc_sweep_timeout_s": 120,
+}
+LAB_VARS = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
+BAD_GPU = ("<dram_uncorrectable>0<", "<dram_uncorrectable>2<")  # one reading of the real H200's report, made bad
+
+
+def sh(container: str, cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", "exec", container, "sh", "-c", cmd], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def router_get(base: str, path: str = "/state") -> dict[str, Any]:
+    with urllib.request.urlopen(base + path, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def router_reset(base: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(base + "/reset", data=b"", method="POST"), timeout=10).close()
+
+
+def hosts_of(inventory: Path) -> dict[str, dict[str, Any]]:
+    return yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
+
+
+def prepare(count: int) -> tuple[Path, dict[str, Any]]:
+    """N lab hosts, the router, the double on each host, and the fleet's inventory (each host's hooks name it)."""
+    lab = [sys.executable, str(ROOT / "lab/lab.py")]
+    subprocess.run([*lab, "up", str(count)], check=True, cwd=ROOT, timeout=1800)
+    router = json.loads(subprocess.run([*lab, "router"], check=True, cwd=ROOT, capture_output=True, text=True,
+                                       timeout=300).stdout.strip().splitlines()[-1])
+    lab_inv = yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]
+    hosts = lab_inv["children"]["inference"]["hosts"]
+    for hv in hosts.values():
+        sh(hv["lab_container"], "mkdir -p /opt/sglang-double")
+        subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/sglang"), f"{hv['lab_container']}:/opt/sglang-double/sglang"],
+                       check=True, timeout=120)
+        hv.update(hooks(router["url"], hv["lab_container"].removeprefix("bc-lab-")))
+    shutil.rmtree(FLEET, ignore_errors=True)
+    (FLEET / "group_vars").mkdir(parents=True)
+    (FLEET / "group_vars" / "all.yml").symlink_to(ROOT / "inventory/lab/group_vars/all.yml")
+    (FLEET / "group_vars" / "inference.yml").write_text(yaml.safe_dump(FLEET_VARS))
+    (FLEET / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"inference": {"hosts": hosts}}, "vars": lab_inv["vars"]}}))
+    (FLEET / "host_vars").mkdir()
+    return FLEET, router
+
+
+def hooks(url: str, index: str) -> dict[str, Any]:
+    host = f"lab{index}"
+
+    def hook(state: str) -> dict[str, Any]:
+        return {"url": f"{url}/hosts/{host}/{state}", "method": "POST", "status_code": 200, "timeout": 10,
+                "check": ["/usr/bin/curl", "-fsS", "-m", "10", "-o", "/dev/null", f"{url}/hosts/{host}/{state}"]}
+
+    return {"bc_lb_remove": hook("out"), "bc_lb_restore": hook("in")}
+
+
+def containers_cpu_s(hosts: dict[str, dict[str, Any]]) -> float:
+    total = 0
+    for hv in hosts.values():
+        path = subprocess.run(["podman", "inspect", "-f", "{{.State.CgroupPath}}", hv["lab_container"]], capture_output=True,
+                              text=True, check=False, timeout=60).stdout.strip()
+        for root in ("/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup"):
+            usage = Path(root + path) / ("cpuacct.usage" if root.endswith("cpuacct") else "cpu.stat")
+            if path and usage.exists():
+                text = usage.read_text()
+                total += int(text) if usage.name == "cpuacct.usage" else int(text.split()[1]) * 1000
+                break
+    return total / 1e9
+
+
+def batch_of(serial: str, count: int) -> int:
+    """The batch Ansible makes of `serial` over `count` hosts (its own pct_to_int, as playbook_executor's batches)."""
+    return min(pct_to_int(serial, count), count)
+
+
+def roll(inventory: Path, router: dict[str, Any], serial: str, label: str, max_fail: int = 0) -> dict[str, Any]:
+    hosts = hosts_of(inventory)
+    batch = batch_of(serial, len(hosts))
+    router_reset(router["loopback"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
+    events = ROOT / "results" / "fleet" / f"{label}.events.jsonl"
+    events.parent.mkdir(parents=True, exist_ok=True)
+    events.unlink(missing_ok=True)
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(max(batch, 5)), ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{BIN}:{os.environ['PATH']}", BC_CYCLE_EVENT_LOG=str(events))
+    cmd = [str(BIN / "ansible-playbook"), "benchmark_cycle.yml", "-i", str(inventory),
+           "-e", json.dumps({"bc_serial": serial, "bc_max_fail_percentage": max_fail})]
+    before_ctl = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before_hosts = containers_cpu_s(hosts)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=7200, check=False)
+    wall = time.monotonic() - started
+    after_ctl = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ctl = (after_ctl.ru_utime - before_ctl.ru_utime) + (after_ctl.ru_stime - before_ctl.ru_stime)
+    hosts_cpu = containers_cpu_s(hosts) - before_hosts
+    seen = router_get(router["loopback"])
+    log = ROOT / "results" / "fleet" / f"{label}.log"
+    log.write_text(proc.stdout + proc.stderr)
+    spans = cycle_spans(events)
+    cycle_s = max((e for _, e in spans.values()), default=0) - min((b for b, _ in spans.values()), default=0)
+    return {"label": label, "serial": serial, "batch": batch, "hosts": len(hosts), "forks": max(batch, 5), "rc": proc.returncode,
+            "wall_s": round(wall, 1), "controller_cpu_s": round(ctl, 1), "hosts_cpu_s": round(hosts_cpu, 1),
+            "controller_cpu_per_host_s": round(ctl / len(hosts), 2), "max_out": seen["max_out"],
+            "host_cycle_s": round(sum(e - b for b, e in spans.values()) / len(spans), 1) if spans else None,
+            "cycle_play_s": round(cycle_s, 1), "overhead_s": round(wall - cycle_s, 1),
+            "probe_cost_s": probe_cost_s(events, float(LAB_VARS["bc_readiness_delay_s"])),
+            "max_out_sampled": max((len(s[1]) for s in seen["samples"]), default=0), "router": seen, "log": str(log.relative_to(ROOT)),
+            "tail": (proc.stdout + proc.stderr)[-2500:] if proc.returncode else ""}
+
+
+CYCLE_FIRST, CYCLE_LAST = "Remember when the cycle started", "Release the lock this cycle holds"
+
+
+def cycle_spans(events: Path) -> dict[str, tuple[float, float]]:
+    """Each host's cycle in the Cycle play, from the callback's timeline: its first step to its lock released."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    lines = events.read_text().splitlines() if events.exists() else []
+    for e in map(json.loads, lines):
+        host, task = e.get("host"), (e.get("task") or "").split(" : ", 1)[-1]  # "role : name"
+        if host and task.startswith(CYCLE_FIRST):
+            first.setdefault(host, e["t"])
+        elif host and task.startswith(CYCLE_LAST):
+            last[host] = e["t"]
+    return {h: (first[h], last[h]) for h in first if h in last}
+
+
+READINESS = "Wait for the server to be ready"
+
+
+def probe_cost_s(events: Path, delay_s: float) -> float | None:
+    """What one readiness probe costs beyond its delay, with this many hosts in flight: the time between two
+    attempts of a host's `until` loop (its retry events, then its last result) less the delay; the median."""
+    times: dict[str, list[float]] = {}
+    lines = events.read_text().splitlines() if events.exists() else []
+    for e in map(json.loads, lines):
+        if e.get("host") and (e.get("task") or "").split(" : ", 1)[-1] == READINESS and e["event"] != "start":
+            times.setdefault(e["host"], []).append(e["t"])
+    gaps = sorted(b - a - delay_s for ts in times.values() for a, b in itertools.pairwise(ts))
+    return round(gaps[len(gaps) // 2], 3) if gaps else None
+
+
+def active(hosts: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: sh(hv["lab_container"], f"systemctl is-active {UNIT}").stdout.strip() for name, hv in hosts.items()}
+
+
+def main_pids(hosts: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: sh(hv["lab_container"], f"systemctl show -p ExecMainPID --value {UNIT}").stdout.strip() for name, hv in hosts.items()}
+
+
+def clean_roll_problems(result: dict[str, Any], hosts: dict[str, dict[str, Any]]) -> list[str]:
+    """What a roll without faults must show: green, never more than the batch out of the router (exact and
+    sampled), every host taken out once and put back once, nobody out at the end, every service active."""
+    label, problems = result["label"], []
+    if result["rc"] != 0:
+        problems.append(f"{label}: the roll failed (rc {result['rc']}): {result['tail'][-600:]}")
+    if result["max_out"] > result["batch"] or result["max_out_sampled"] > result["batch"]:
+        problems.append(f"{label}: {result['max_out']} hosts out of the router at once (sampled {result['max_out_sampled']}), "
+                        f"the batch is {result['batch']}: {result['router']['max_out_hosts']}")
+    for name in hosts:
+        states = [e["state"] for e in result["router"]["events"] if e["host"] == name]
+        if states != ["out", "in"]:
+            problems.append(f"{label}: {name} went {states or 'nowhere'} in the router, not out then in once")
+    if result["router"]["out"]:
+        problems.append(f"{label}: still out of the router at the end: {result['router']['out']}")
+    down = {h: s for h, s in active(hosts).items() if s != "active"}
+    if down:
+        problems.append(f"{label}: not active after the roll: {down}")
+    return problems
+
+
+def when_stopped(container: str, action: str) -> None:
+    """On the host itself (one `podman exec`, a loop there: a look from here costs a podman exec each), once the
+    cycle has stopped the service: `action`."""
+    subprocess.run(["podman", "exec", "-d", container, "sh", "-c",
+                    f"while systemctl is-active -q {UNIT}; do sleep 0.3; done; {action}"], check=True, timeout=60)
+
+
+# the host drops off the network for the controller: its ssh stopped and every session cut (the host's dead-man
+# switch is then what brings the service back)
+CUT_SSH = "systemctl stop ssh.service; pkill -KILL sshd; true"
+# the GPU goes bad during the sweep: the nvidia-smi double answers with an uncorrectable ECC error from now on
+GPU_GOES_BAD = "cp /etc/bc-double/nvidia-smi-q.bad.xml /etc/bc-double/nvidia-smi-q.xml"
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP's counters per host."""
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split(" : ", 1)
+        if len(parts) == 2 and "ok=" in parts[1] and "unreachable=" in parts[1]:
+            rows[parts[0].strip()] = {k: int(v) for k, v in (w.split("=") for w in parts[1].split() if "=" in w)}
+    return rows
+
+
+def faults_roll(inventory: Path, router: dict[str, Any], serial: str) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    hosts = hosts_of(inventory)
+    names = list(hosts)
+    batch = batch_of(serial, len(names))
+    if len(names) < 3 * batch or batch < 3:
+        raise SystemExit(f"fleet: the faults roll needs batches of 3 or more and 3 batches; {len(names)} hosts at {serial}")
+    never_ready, bad_gpu, unreachable = names[batch - 1], names[batch], names[batch + 1]
+    later = names[2 * batch:]
+    # Ansible counts the play's failed hosts so far against the current batch (strategy/linear.py): one failure is
+    # within this share, a second is not; an unreachable host is not counted there (only a whole batch lost is)
+    max_fail = math.floor(150 / batch)
+    env = dict(FLEET_VARS["bc_engine_env"], BC_DOUBLE_LOAD_S="100000")
+    (inventory / "host_vars" / f"{never_ready}.yml").write_text(yaml.safe_dump({"bc_engine_env": env, "bc_readiness_timeout_s": 20}))
+    gpu = hosts[bad_gpu]["lab_container"]
+    subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/nvidia_smi.py"), f"{gpu}:/usr/local/bin/nvidia-smi"], check=True, timeout=60)
+    report = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
+    sh(gpu, "chmod 755 /usr/local/bin/nvidia-smi; mkdir -p /etc/bc-double")
+    for name, text in (("nvidia-smi-q.xml", report), ("nvidia-smi-q.bad.xml", report.replace(*BAD_GPU, 1))):
+        subprocess.run(["podman", "exec", "-i", gpu, "sh", "-c", f"cat > /etc/bc-double/{name}"], input=text, text=True,
+                       check=True, timeout=60)
+    before = main_pids({h: hosts[h] for h in later})
+    when_stopped(gpu, GPU_GOES_BAD)
+    when_stopped(hosts[unreachable]["lab_container"], CUT_SSH)
+    result = roll(inventory, router, serial, f"faults-{serial.rstrip('%')}", max_fail=max_fail)
+    placed: dict[str, Any] = {"never_ready": never_ready, "bad_gpu": bad_gpu, "unreachable_after_stop": unreachable,
+                              "max_fail_percentage": max_fail, "later_batches": later}
+    problems = []
+    out = (ROOT / result["log"]).read_text()
+    rows = recap(out)
+    label = result["label"]
+    failed = sorted(h for h, r in rows.items() if r.get("failed") or r.get("unreachable"))
+    placed["failed"] = failed
+    if result["rc"] == 0:
+        problems.append(f"{label}: the roll ended green with three faulty hosts")
+    for host in (never_ready, bad_gpu, unreachable):
+        if host not in failed:
+            problems.append(f"{label}: {host} is not failed in the recap: {rows.get(host)}")
+    if rows.get(unreachable, {}).get("unreachable", 0) == 0:
+        problems.append(f"{label}: {unreachable} never became unreachable: {rows.get(unreachable)}")
+    moved = sorted({e["host"] for e in result["router"]["events"] if e["host"] in later})
+    if moved or any(h in rows and rows[h].get("changed") for h in later):
+        problems.append(f"{label}: hosts of a later batch were touched after the roll should have stopped: {moved}")
+    if main_pids({h: hosts[h] for h in later}) != before:
+        problems.append(f"{label}: a service of a later batch was restarted")
+    stayed_out = set(result["router"]["out"])
+    if not stayed_out <= set(failed):
+        problems.append(f"{label}: hosts out of the router at the end that did not fail: {sorted(stayed_out - set(failed))}")
+    if result["max_out"] > batch + len(stayed_out):
+        problems.append(f"{label}: {result['max_out']} out at once; the batch is {batch} and {sorted(stayed_out)} stayed out")
+    # every service back: the unreachable host's by its dead-man switch, with no controller (the switch's window)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and any(s != "active" for s in active(hosts).values()):
+        time.sleep(5)
+    placed["services_after"] = {h: s for h, s in active(hosts).items() if h in failed}
+    down = {h: s for h, s in active(hosts).items() if s != "active"}
+    if down:
+        problems.append(f"{label}: services not active 900 s after the roll: {down}")
+    placed["router_out_at_end"] = sorted(stayed_out)
+    # the fault hosts made whole again (a later roll must not inherit them)
+    sh(hosts[unreachable]["lab_container"], "systemctl start ssh.service")
+    sh(gpu, "rm -f /usr/local/bin/nvidia-smi; rm -rf /etc/bc-double /run/bc-double")
+    (inventory / "host_vars" / f"{never_ready}.yml").unlink()
+    return result, problems, placed
+
+
+def model(results: list[dict[str, Any]], cores: int) -> dict[str, Any]:
+    """wall(b) = o(b) + ceil(N / b) * max(t1, b * c / P): t1 (one host's cycle alone) and c (the machine CPU of one
+    host's cycle: the controller's and the hosts' over the roll, per host) from the serial-1 roll; o(b), the plays
+    around the cycle (target, preflight, report), measured in each roll. Each roll's prediction beside its measure."""
+    one = next(r for r in results if r["batch"] == 1)
+    n = one["hosts"]
+    c = (one["controller_cpu_s"] + one["hosts_cpu_s"]) / n
+    t1 = one["host_cycle_s"] if one.get("host_cycle_s") else one["wall_s"] / n
+    rows = []
+    for r in results:
+        batches = math.ceil(n / r["batch"])
+        predicted = r.get("overhead_s", 0) + batches * max(t1, r["batch"] * c / cores)
+        rows.append({"label": r["label"], "batch": r["batch"], "measured_s": r["wall_s"], "predicted_s": round(predicted, 1),
+                     "error": round((r["wall_s"] - predicted) / predicted, 3)})
+    return {"t1_s": round(t1, 2), "c_cpu_s": round(c, 2), "cores": cores, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=24)
+    parser.add_argument("--serials", nargs="+", default=["1", "25%", "50%"])
+    parser.add_argument("--faults-serial", default="25%", help="the faults roll's batch ('' skips it)")
+    parser.add_argument("--no-install", dest="install", action="store_false",
+                        help="no install roll first: the first roll installs the unit (CI; its figures then include it)")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "fleet" / "summary.json")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    summary: dict[str, Any] = {"hosts": args.hosts, "cores": os.cpu_count(), "install": None, "rolls": [], "faults": None,
+                               "model": None, "problems": [], "total_s": None}
+
+    def save() -> None:  # after each roll: a run cut short keeps what it measured
+        summary["total_s"] = round(time.monotonic() - started, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+
+    def bare(result: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in result.items() if k != "router"}
+
+    problems: list[str] = summary["problems"]
+    inventory, router = prepare(args.hosts)
+    hosts = hosts_of(inventory)
+    if args.install:
+        install = roll(inventory, router, "100%", "install")
+        summary["install"] = bare(install)
+        if install["rc"] != 0:
+            problems.append(f"install: the first roll failed (rc {install['rc']}): {install['tail'][-800:]}")
+    results = []
+    for serial in args.serials:
+        if problems:
+            break
+        result = roll(inventory, router, serial, f"serial-{serial.rstrip('%')}")
+        results.append(result)
+        problems += clean_roll_problems(result, hosts)
+        summary["rolls"].append(bare(result))
+        if any(r["batch"] == 1 for r in results):
+            summary["model"] = model(results, os.cpu_count() or 1)
+        save()
+    if args.faults_serial and not problems:
+        result, found, placed = faults_roll(inventory, router, args.faults_serial)
+        problems += found
+        summary["faults"] = {"result": bare(result), "placed": placed, "max_out": result["max_out"]}
+    save()
+    print(json.dumps({k: v for k, v in summary.items() if k != "install"}, indent=1))
+    for p in problems:
+        print("fleet: " + p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""The fleet at the size CI affords (#31): 9 lab hosts (BC_FLEET_HOSTS), the SGLang double on each under systemd, every
+router hook talking to one router double, the real cycle rolled in batches of 3 (serial 34%), then again with three
+faulty hosts. bench/fleet_scale.py does the rolls and checks each invariant from what the router saw and the hosts
+say; `./tasks fleet 24` is the full run whose figures are in docs/fleet.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import fleet_scale
+
+
+def test_a_fleet_rolls_in_batches_and_stops_at_its_failure_share():
+    out = ROOT / "results" / "fleet" / "ci.json"
+    hosts = os.environ.get("BC_FLEET_HOSTS", "9")
+    rc = fleet_scale.main(["--hosts", hosts, "--serials", "34%", "--faults-serial", "34%", "--no-install",
+                           "--out", str(out)])
+    summary = json.loads(out.read_text())
+    assert rc == 0, "\n".join(summary["problems"])
+    roll, = summary["rolls"]
+    # each host out once and back, never more than the batch out at once (exact and sampled by the router)
+    assert roll["rc"] == 0 and 1 <= roll["max_out"] <= roll["batch"] and roll["max_out_sampled"] <= roll["batch"]
+    faults = summary["faults"]["placed"]
+    # the never-ready host (first batch) was within the failure share; the second batch's two were not: the roll stopped
+    assert {faults["never_ready"], faults["bad_gpu"], faults["unreachable_after_stop"]} <= set(faults["failed"])
+    assert not set(faults["later_batches"]) & set(faults["failed"])
+    assert all(state == "active" for state in faults["services_after"].values()), faults["services_after"]
