@@ -267,17 +267,34 @@ def cycle_verdict(failure: str, touched: bool, recovery: bool, host: str) -> str
     return _verdict(str(failure), bool(touched), bool(recovery), str(host))
 
 
-def batch_lost(started: Any, remaining: Any, max_fail_percentage: Any) -> dict[str, Any]:
-    """The roll's verdict on the batch that has just run: the hosts it `started` with that are no longer in it
-    (`remaining`, ansible_play_batch now: a host whose cycle failed and one that became unreachable both leave it),
-    their share of the batch in percent, and whether that share is above `max_fail_percentage` (then the roll stops).
-    Ansible's own max_fail_percentage counts failed hosts only (plugins/strategy/linear.py): a host that became
-    unreachable after its stop would let the roll go on."""
-    start = [str(h) for h in started or []]
-    left = {str(h) for h in remaining or []}
-    lost = [h for h in start if h not in left]
-    share = 100.0 * len(lost) / len(start) if start else 0.0
-    return {"lost": lost, "share": round(share, 1), "stop": share > int(max_fail_percentage)}
+def roll_lost(hosts: Any, hostvars: Any, max_fail_percentage: Any) -> dict[str, Any]:
+    """The roll's verdict before a batch starts: each earlier batch of this play (the hosts that recorded it as
+    `cycle_batch` at their first step), the hosts of it that did not complete their cycle (no `cycle_completed`: a
+    failed one and one that became unreachable alike), and whether one batch lost a larger share of the hosts it
+    started with than `max_fail_percentage` (then the roll stops: `stop`, with `why`). Ansible's own
+    max_fail_percentage counts failed hosts only (plugins/strategy/linear.py), and a batch is lost whole only counting
+    hosts dropped in that batch (executor/playbook_executor.py): a host unreachable after its stop, or a batch holding a
+    host dropped by an earlier play, would let the roll take the next batch out. A share that is not a number counts
+    as 0: any host lost stops the roll."""
+    try:
+        limit = float(max_fail_percentage)
+    except (TypeError, ValueError):
+        limit = 0.0
+    batches: dict[tuple[str, ...], list[str]] = {}
+    for host in hosts or []:
+        record = hostvars[host].get("cycle_batch") if host in hostvars else None
+        if record:
+            batches.setdefault(tuple(str(h) for h in record), [])
+    for batch in batches:
+        batches[batch] = [h for h in batch if not (h in hostvars and hostvars[h].get("cycle_completed"))]
+    for batch, lost in batches.items():
+        share = 100.0 * len(lost) / len(batch)
+        if share > limit:
+            return {"stop": True, "lost": lost, "share": round(share, 1),
+                    "why": "the roll stopped before this batch: the batch of %s lost %s (failed or unreachable before its "
+                           "cycle completed: %.1f%% of the batch, more than bc_max_fail_percentage=%s); this host was not "
+                           "touched" % (", ".join(batch), ", ".join(lost), share, max_fail_percentage)}
+    return {"stop": False, "lost": [], "share": 0.0, "why": ""}
 
 
 def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
@@ -316,5 +333,5 @@ class FilterModule:
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
-            "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict, "bc_batch_lost": batch_lost,
+            "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict, "bc_roll_lost": roll_lost,
         }

@@ -117,17 +117,65 @@ def test_recovery_findings_say_what_a_dead_cycle_left_in_one_sentence():
         "ct200: no lock; sglang-k26 is active (running); the dead-man switch is not armed")
 
 
-def test_batch_lost_counts_a_host_that_became_unreachable_as_a_lost_one():
-    from bc_filters import batch_lost
+def test_roll_lost_counts_each_earlier_batch_by_who_completed_it():
+    from bc_filters import roll_lost
 
-    # lab5 became unreachable after its stop (it left ansible_play_batch; Ansible's max_fail_percentage does not count it)
-    assert batch_lost(["lab4", "lab5", "lab6"], ["lab4", "lab6"], 50) == {"lost": ["lab5"], "share": 33.3, "stop": False}
-    assert batch_lost(["lab4", "lab5", "lab6"], ["lab6"], 50) == {"lost": ["lab4", "lab5"], "share": 66.7, "stop": True}
-    # the default share, 0: one host lost stops the roll; a batch that lost none goes on
-    assert batch_lost(["lab1"], [], 0)["stop"] is True
-    assert batch_lost(["lab1", "lab2"], ["lab2", "lab1"], 0) == {"lost": [], "share": 0.0, "stop": False}
-    # exactly the share is within it (Ansible's rule: above it stops); the share as Ansible templates it, a string
-    assert batch_lost(["a", "b", "c", "d"], ["a", "b", "c"], "25")["stop"] is False
-    assert batch_lost(["a", "b", "c", "d"], ["a", "b"], "25")["stop"] is True
-    # nothing started, nothing lost
-    assert batch_lost([], [], 0) == {"lost": [], "share": 0.0, "stop": False}
+    hv = {"lab1": {"cycle_batch": ["lab1", "lab2", "lab3"], "cycle_completed": True},
+          "lab2": {"cycle_batch": ["lab1", "lab2", "lab3"]},  # unreachable after its stop: never completed
+          "lab3": {"cycle_batch": ["lab1", "lab2", "lab3"], "cycle_completed": True},
+          "lab4": {}, "lab5": {}, "lab6": {}}
+    hosts = list(hv)
+    assert roll_lost(hosts, hv, 50) == {"stop": False, "lost": [], "share": 0.0, "why": ""}
+    verdict = roll_lost(hosts, hv, 20)
+    assert verdict["stop"] and verdict["lost"] == ["lab2"] and verdict["share"] == 33.3
+    assert "the batch of lab1, lab2, lab3 lost lab2 (failed or unreachable" in verdict["why"] and "=20)" in verdict["why"]
+    # the default share, 0: one host lost stops the roll; exactly the share is within it (Ansible's rule)
+    assert roll_lost(hosts, hv, 0)["stop"] is True
+    hv["lab2"]["cycle_completed"] = True
+    assert roll_lost(hosts, hv, 0)["stop"] is False
+    # a batch whose every host was lost records itself through the hosts that recorded it, even with none left
+    hv.update({h: {"cycle_batch": ["lab4", "lab5"]} for h in ("lab4", "lab5")})
+    assert roll_lost(hosts, hv, 99)["lost"] == ["lab4", "lab5"]
+    # a share that is not a number fails closed (0); no batch recorded yet: nothing to judge
+    assert roll_lost(["lab1", "lab6"], {"lab1": {"cycle_batch": ["lab1", "lab9"], "cycle_completed": True}, "lab6": {}},
+                     "25%")["stop"] is True
+    assert roll_lost(["a"], {"a": {}}, 0)["stop"] is False
+
+
+def test_roll_lost_stops_a_real_serial_play_at_an_unreachable_host(tmp_path):
+    """A real ansible-playbook: batches of 2, the second host of the first batch unreachable at its first module, and
+    max_fail_percentage 0. Ansible's own check does not count it, so the play goes on to the second batch; the
+    cycle's check, read from the real hostvars, refuses that batch before it touches anything."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}', ansible_connection: local}\n"
+                   "  hosts:\n    h1: {}\n    h2: {ansible_connection: ssh, ansible_host: 127.0.0.1, ansible_port: 1}\n"
+                   "    h3: {}\n    h4: {}\n")
+    play = tmp_path / "play.yml"
+    play.write_text("""- hosts: all
+  gather_facts: false
+  serial: 2
+  max_fail_percentage: 0
+  tasks:
+    - ansible.builtin.fail: {msg: "{{ __roll.why }}"}
+      when: __roll.stop
+      vars: {__roll: "{{ ansible_play_hosts_all | bc_roll_lost(hostvars, 0) }}"}
+    - ansible.builtin.set_fact: {cycle_batch: "{{ ansible_play_batch }}"}
+    - ansible.builtin.command: 'true'
+      changed_when: false
+    - ansible.builtin.set_fact: {cycle_completed: true}
+""")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(play)], cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_FILTER_PLUGINS": str(root / "filter_plugins"),
+                               "ANSIBLE_MODULE_UTILS": str(root / "module_utils"), "ANSIBLE_NOCOLOR": "1"},
+                          capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "h2 : ok=1 changed=0 unreachable=1" in out  # it recorded its batch, then was lost
+    assert "the batch of h1, h2 lost h2 (failed or unreachable before its cycle completed: 50.0% of the batch" in out
+    for host in ("h3", "h4"):  # refused at the first task: nothing else ran on them
+        assert f"{host} : ok=0 changed=0 unreachable=0 failed=1" in out, out[-2000:]
