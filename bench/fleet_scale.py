@@ -4,7 +4,8 @@ router hook talking to one router double (lab/router_double.py), the real cycle 
 bc_serial 1, 25% and 50% (forks = the batch), then once more with faults on three hosts.
 
     .venv/bin/python bench/fleet_scale.py --hosts 24                 # ./tasks fleet 24
-    .venv/bin/python bench/fleet_scale.py --hosts 6 --serials 1 50%  # the size CI affords (./tasks test)
+    .venv/bin/python bench/fleet_scale.py --hosts 9 --serials 34% --faults-serial 34% --no-install
+                                                                     # the size CI affords (tests/integration/test_fleet_scale.py)
 
 For each roll: its wall time, the controller's CPU (this process's children: ansible-playbook, its
 workers, ssh), the hosts' CPU (their containers' cpuacct), and what the router saw - every transition,
@@ -44,20 +45,14 @@ from ansible.utils.helpers import pct_to_int
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FLEET = ROOT / ".lab" / "fleet"
-UNIT = "sglang-double"
-# the SGLang double under systemd, as the lab's engine cases run it (tests/integration/conftest.py DOUBLE); the
-# sweep cut to two points: the fleet measures the roll, the kernel sweep has its own benchmarks
-FLEET_VARS: dict[str, Any] = {
-    "bc_engine": "sglang", "bc_unit": UNIT, "bc_port": 30001, "bc_engine_python": "/usr/bin/python3",
-    "bc_engine_settings": {"model_path": "/opt/models/Kimi-K2.6", "served_model_name": "kimi-k2.6", "tp_size": 8,
-                           "host": "127.0.0.1", "enable_metrics": True, "watchdog_timeout": 900},
-    "bc_engine_env": {"PYTHONPATH": "/opt/sglang-double", "BC_DOUBLE_LOAD_S": "3", "BC_DOUBLE_WARMUP_S": "2",
-                      "SGLANG_CACHE_DIR": "/var/cache/sglang"},
-    "bc_sweep_batch_sizes": [1, 8], "bc_sweep_routing": [{"kind": "uniform"}],
-    "bc_lb_required": True, "bc_readiness_timeout_s": 60,
+# the SGLang double as the lab's engine cases run it (tests/doubles/sglang-unit.yml, tests/integration/conftest.py DOUBLE);
+# the sweep cut to two points: the fleet measures the roll, the kernel sweep has its own benchmarks
+DOUBLE = yaml.safe_load((ROOT / "tests/doubles/sglang-unit.yml").read_text())
+UNIT = DOUBLE["bc_unit"]
+FLEET_VARS: dict[str, Any] = dict(
+    DOUBLE, bc_sweep_batch_sizes=[1, 8], bc_sweep_routing=[{"kind": "uniform"}], bc_lb_required=True, bc_readiness_timeout_s=60,
     # the dead-man switch's window covers the sweep's budget: a host cut off mid-sweep serves again within minutes
-    "bc_sweep_timeout_s": 120,
-}
+    bc_sweep_timeout_s=120)
 LAB_VARS = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
 BAD_GPU = ("<dram_uncorrectable>0<", "<dram_uncorrectable>2<")  # one reading of the real H200's report, made bad
 
@@ -135,11 +130,12 @@ def roll(inventory: Path, router: dict[str, Any], serial: str, label: str, max_f
     hosts = hosts_of(inventory)
     batch = batch_of(serial, len(hosts))
     router_reset(router["loopback"])
+    forks = max(batch, 5)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
     events = ROOT / "results" / "fleet" / f"{label}.events.jsonl"
     events.parent.mkdir(parents=True, exist_ok=True)
     events.unlink(missing_ok=True)
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(max(batch, 5)), ANSIBLE_FORCE_COLOR="0",
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(forks), ANSIBLE_FORCE_COLOR="0",
                PATH=f"{BIN}:{os.environ['PATH']}", BC_CYCLE_EVENT_LOG=str(events))
     cmd = [str(BIN / "ansible-playbook"), "benchmark_cycle.yml", "-i", str(inventory),
            "-e", json.dumps({"bc_serial": serial, "bc_max_fail_percentage": max_fail})]
@@ -154,28 +150,39 @@ def roll(inventory: Path, router: dict[str, Any], serial: str, label: str, max_f
     seen = router_get(router["loopback"])
     log = ROOT / "results" / "fleet" / f"{label}.log"
     log.write_text(proc.stdout + proc.stderr)
-    spans = cycle_spans(events)
+    timeline = events_of(events)
+    spans = cycle_spans(timeline)
     cycle_s = max((e for _, e in spans.values()), default=0) - min((b for b, _ in spans.values()), default=0)
-    return {"label": label, "serial": serial, "batch": batch, "hosts": len(hosts), "forks": max(batch, 5), "rc": proc.returncode,
+    return {"label": label, "serial": serial, "batch": batch, "hosts": len(hosts), "forks": forks, "rc": proc.returncode,
             "wall_s": round(wall, 1), "controller_cpu_s": round(ctl, 1), "hosts_cpu_s": round(hosts_cpu, 1),
             "controller_cpu_per_host_s": round(ctl / len(hosts), 2), "max_out": seen["max_out"],
             "host_cycle_s": round(sum(e - b for b, e in spans.values()) / len(spans), 1) if spans else None,
             "cycle_play_s": round(cycle_s, 1), "overhead_s": round(wall - cycle_s, 1),
-            "probe_cost_s": probe_cost_s(events, float(LAB_VARS["bc_readiness_delay_s"])),
+            "probe_cost_s": probe_cost_s(timeline, float(LAB_VARS["bc_readiness_delay_s"])),
             "max_out_sampled": max((len(s[1]) for s in seen["samples"]), default=0), "router": seen, "log": str(log.relative_to(ROOT)),
             "tail": (proc.stdout + proc.stderr)[-2500:] if proc.returncode else ""}
 
 
 CYCLE_FIRST, CYCLE_LAST = "Remember when the cycle started", "Release the lock this cycle holds"
+READINESS = "Wait for the server to be ready"
 
 
-def cycle_spans(events: Path) -> dict[str, tuple[float, float]]:
+def events_of(path: Path) -> list[dict[str, Any]]:
+    """The callback's timeline of a roll (BC_CYCLE_EVENT_LOG), read once; none if the run wrote none."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def task_of(event: dict[str, Any]) -> str:
+    """An event's task name without its role ("role : name")."""
+    return (event.get("task") or "").split(" : ", 1)[-1]
+
+
+def cycle_spans(timeline: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
     """Each host's cycle in the Cycle play, from the callback's timeline: its first step to its lock released."""
     first: dict[str, float] = {}
     last: dict[str, float] = {}
-    lines = events.read_text().splitlines() if events.exists() else []
-    for e in map(json.loads, lines):
-        host, task = e.get("host"), (e.get("task") or "").split(" : ", 1)[-1]  # "role : name"
+    for e in timeline:
+        host, task = e.get("host"), task_of(e)
         if host and task.startswith(CYCLE_FIRST):
             first.setdefault(host, e["t"])
         elif host and task.startswith(CYCLE_LAST):
@@ -183,16 +190,12 @@ def cycle_spans(events: Path) -> dict[str, tuple[float, float]]:
     return {h: (first[h], last[h]) for h in first if h in last}
 
 
-READINESS = "Wait for the server to be ready"
-
-
-def probe_cost_s(events: Path, delay_s: float) -> float | None:
+def probe_cost_s(timeline: list[dict[str, Any]], delay_s: float) -> float | None:
     """What one readiness probe costs beyond its delay, with this many hosts in flight: the time between two
     attempts of a host's `until` loop (its retry events, then its last result) less the delay; the median."""
     times: dict[str, list[float]] = {}
-    lines = events.read_text().splitlines() if events.exists() else []
-    for e in map(json.loads, lines):
-        if e.get("host") and (e.get("task") or "").split(" : ", 1)[-1] == READINESS and e["event"] != "start":
+    for e in timeline:
+        if e.get("host") and task_of(e) == READINESS and e["event"] != "start":
             times.setdefault(e["host"], []).append(e["t"])
     gaps = sorted(b - a - delay_s for ts in times.values() for a, b in itertools.pairwise(ts))
     return round(gaps[len(gaps) // 2], 3) if gaps else None
@@ -320,10 +323,13 @@ def faults_roll(inventory: Path, router: dict[str, Any], serial: str) -> tuple[d
             problems.append(f"{label}: {result['max_out']} out at once; the batch is {batch} and {sorted(stayed_out)} stayed out")
         # every service back: the unreachable host's by its dead-man switch, with no controller (the switch's window)
         deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and any(s != "active" for s in active(hosts).values()):
+        while True:
+            states = active(hosts)
+            if time.monotonic() >= deadline or all(s == "active" for s in states.values()):
+                break
             time.sleep(5)
-        placed["services_after"] = {h: s for h, s in active(hosts).items() if h in faulty}
-        down = {h: s for h, s in active(hosts).items() if s != "active"}
+        placed["services_after"] = {h: s for h, s in states.items() if h in faulty}
+        down = {h: s for h, s in states.items() if s != "active"}
         if down:
             problems.append(f"{label}: services not active 900 s after the roll: {down}")
         placed["router_out_at_end"] = sorted(stayed_out)

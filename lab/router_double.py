@@ -36,7 +36,7 @@ class Pool:
         self.reset()
 
     def reset(self) -> None:
-        with getattr(self, "lock", threading.Lock()):
+        with self.lock:
             self.out: set[str] = set()
             self.events: list[dict[str, object]] = []
             self.samples: list[list[object]] = []
@@ -51,6 +51,10 @@ class Pool:
             if len(self.out) > self.max_out:
                 self.max_out, self.max_out_hosts = len(self.out), sorted(self.out)
             return {"host": host, "state": state, "was": was}
+
+    def is_out(self, host: str) -> bool:
+        with self.lock:
+            return host in self.out
 
     def sample(self) -> None:
         with self.lock:
@@ -83,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": "no such path: " + self.path})
             return
         host, asked = match.groups()
-        now = "out" if host in POOL.state()["out"] else "in"
+        now = "out" if POOL.is_out(host) else "in"
         self._send(200 if now == asked else 409, {"host": host, "state": now})
 
     def do_POST(self) -> None:

@@ -396,13 +396,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     doc.write_text(render(rows, complete=exitstatus == 0))
 
 
-DOUBLE = {
-    "bc_engine": "sglang", "bc_unit": "sglang-double", "bc_port": 30001, "bc_engine_python": "/usr/bin/python3",
-    "bc_engine_settings": {"model_path": "/opt/models/Kimi-K2.6", "served_model_name": "kimi-k2.6", "tp_size": 8,
-                           "host": "127.0.0.1", "enable_metrics": True, "watchdog_timeout": 900},
-    "bc_engine_env": {"PYTHONPATH": "/opt/sglang-double", "BC_DOUBLE_LOAD_S": "3", "BC_DOUBLE_WARMUP_S": "2",
-                      "SGLANG_CACHE_DIR": "/var/cache/sglang"},
-}
+# the SGLang double as a unit under the lab's systemd (one file, shared with bench/fleet_scale.py)
+DOUBLE = yaml.safe_load((ROOT / "tests/doubles/sglang-unit.yml").read_text())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

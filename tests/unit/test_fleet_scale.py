@@ -124,8 +124,8 @@ def test_each_hosts_cycle_is_read_from_the_callbacks_timeline(tmp_path):
         {"t": 9.5, "event": "ok", "task": "Remember when the cycle started (the maintenance window)", "host": "lab2"},
         {"t": 12.0, "event": "failed", "task": "Sweep", "host": "lab2"}]) + "\n")
     # lab2 never released its lock here: it has no span, rather than a made-up one
-    assert fleet_scale.cycle_spans(log) == {"lab1": (1.5, 9.0)}
-    assert fleet_scale.cycle_spans(tmp_path / "absent.jsonl") == {}
+    assert fleet_scale.cycle_spans(fleet_scale.events_of(log)) == {"lab1": (1.5, 9.0)}
+    assert fleet_scale.cycle_spans(fleet_scale.events_of(tmp_path / "absent.jsonl")) == {}
 
 
 def test_the_probe_cost_is_the_gap_between_attempts_less_the_delay(tmp_path):
@@ -138,5 +138,5 @@ def test_the_probe_cost_is_the_gap_between_attempts_less_the_delay(tmp_path):
         {"t": 10.6, "event": "retry", "task": task, "host": "lab2"}, {"t": 12.0, "event": "ok", "task": task, "host": "lab2"},
         {"t": 30.0, "event": "retry", "task": "gpu_benchmark : Sweep tp1 torch", "host": "lab1"}]) + "\n")
     # gaps 1.3, 1.3 (lab1) and 1.4 (lab2), less the 1 s delay: the median 0.3
-    assert fleet_scale.probe_cost_s(log, 1.0) == pytest.approx(0.3)
-    assert fleet_scale.probe_cost_s(tmp_path / "none.jsonl", 1.0) is None
+    assert fleet_scale.probe_cost_s(fleet_scale.events_of(log), 1.0) == pytest.approx(0.3)
+    assert fleet_scale.probe_cost_s(fleet_scale.events_of(tmp_path / "none.jsonl"), 1.0) is None
