@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- suite-timings:begin (bench/suite_timings.py) -->", "<!-- suite-timings:end -->"
 STAGES = ["setup: apt", "setup: venv", "setup: collections", "setup: llama-server and model", "setup: lab image", "lint", "sanity", "unit",
-          "integration", "setup: vllm", "vllm", "molecule default", "molecule faults", "molecule fleet", "fleet",
+          "setup: ee", "integration", "setup: vllm", "vllm", "molecule default", "molecule faults", "molecule fleet", "fleet",
           "total"]
 
 

@@ -270,10 +270,11 @@ def remove_gpu_double() -> None:
     sh("rm -f /usr/local/bin/nvidia-smi; rm -rf /etc/bc-double /run/bc-double")
 
 
-def serving(port: int = 8080, container: str = CONTAINER) -> str:
-    """What the service does now, measured: the unit's state and the answer to 2+2=."""
+def serving(port: int = 8080, container: str = CONTAINER, api_key: str = "") -> str:
+    """What the service does now, measured: the unit's state and the answer to 2+2= (asked with `api_key`, if given)."""
     state = sh("systemctl is-active llama-lab", check=False, container=container).strip()
-    body = sh("curl -s -m 5 -H 'Content-Type: application/json' -d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' "
+    auth = f"-H 'Authorization: Bearer {api_key}' " if api_key else ""
+    body = sh("curl -s -m 5 " + auth + "-H 'Content-Type: application/json' -d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' "
               f"http://127.0.0.1:{port}/v1/completions", check=False, container=container)
     try:
         answer = json.loads(body)["choices"][0]["text"]

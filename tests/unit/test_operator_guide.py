@@ -4,6 +4,7 @@ tests/integration/test_operator_guide.py against a lab host; a command added to 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs/operator-guide.md"
 # each command of the page, and where it runs (the integration test's list is checked against its source)
+COLLECTIONS = ["pip download --no-deps --only-binary=:all: -d wheels ansible==12.3.0",
+               "python3 collection/vendor.py --wheel wheels/ansible-12.3.0-py3-none-any.whl --dest collections/artifacts "
+               "ansible.posix awx.awx",
+               "cd collections/artifacts && ansible-galaxy collection install --offline -r requirements.yml -p .."]
 OFFLINE = ["cp -r inventory/ct200 inventory/mysite", "ansible-inventory -i inventory/mysite --graph"]
 ON_A_HOST = ["ansible-playbook benchmark_cycle.yml -i inventory/mysite --check --diff",
              "ansible-playbook benchmark_cycle.yml -i inventory/mysite",
@@ -30,7 +35,7 @@ def commands() -> list[str]:
 
 
 def test_every_command_on_the_page_is_run_by_a_test():
-    assert commands() == OFFLINE + ON_A_HOST  # in the order of the page
+    assert commands() == COLLECTIONS + OFFLINE + ON_A_HOST  # in the order of the page
     source = (ROOT / "tests/integration/test_operator_guide.py").read_text()
     for command in ON_A_HOST:
         assert repr(command) in source or f'"{command}"' in source, command
@@ -52,6 +57,37 @@ def test_the_commands_that_need_no_host_work_as_written(tmp_path):
         assert proc.returncode == 0, (command, proc.stdout + proc.stderr)
         outs.append(proc.stdout)
     assert "@inference:" in outs[-1] and "ct200" in outs[-1]  # the copy is the real site's groups and host
+
+
+def test_the_collections_install_offline_as_the_page_says(tmp_path):
+    """The page's three commands, literally, in a copy of the tree without its collections. The one download is served
+    from the wheel ./tasks already fetched (PIP_NO_INDEX, PIP_FIND_LINKS: the same file PyPI gives); the rest touch no
+    network, Galaxy included (ansible-galaxy --offline)."""
+    version = re.search(r"^ANSIBLE_WHEEL_VERSION=(\S+)", (ROOT / "tasks").read_text(), re.M).group(1)
+    assert all(version in c for c in COLLECTIONS[:2]), version  # the page names the release ./tasks uses
+    cache = Path(os.environ.get("BC_CACHE", "/var/cache/benchmark-cycle")) / "ansible-wheel"
+    assert list(cache.glob(f"ansible-{version}-*.whl")), f"no ansible {version} wheel in {cache}: run ./tasks setup"
+    work = tmp_path / "tree"
+    work.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in ("collections", ".git"):
+            (work / entry.name).symlink_to(entry)
+    (work / "collections").mkdir()
+    environ = dict({k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PIP_"))},
+                   ANSIBLE_CONFIG=str(work / "ansible.cfg"), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(cache),
+                   PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    for command in COLLECTIONS:
+        proc = subprocess.run(command, shell=True, cwd=work, env=environ, capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert proc.returncode == 0, (command, proc.stdout + proc.stderr)
+    listed = subprocess.run(["ansible-galaxy", "collection", "list", "-p", str(work / "collections"), "--format", "json"],
+                            cwd=work, env=environ, capture_output=True, text=True, timeout=120, check=True).stdout
+    found = {name for path, names in json.loads(listed).items() if path.startswith(str(work / "collections")) for name in names}
+    assert found == {"ansible.posix", "awx.awx"}, found
+    # and the project's callback loads from there: the plays' own collection, found through ansible.cfg's path
+    proc = subprocess.run(["ansible-doc", "-t", "callback", "ansible.posix.profile_tasks"], cwd=work, env=environ,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "profile_tasks" in proc.stdout, proc.stdout + proc.stderr
 
 
 def ct200() -> dict:
