@@ -166,11 +166,11 @@ def what_to_run(result: dict[str, Any]) -> list[str]:
     for b in result.get("backends") or []:
         t = b.get("tuning")
         if t:
-            lines += ["", "%s: %d configs of %d timed (%d could not build here) in %s s (budget %s s) at M=%s; the tuned "
+            lines += ["", "%s: %d configs of %d timed (%d could not build here) in %s s (budget %s s) at M=%s, on %s routing; the tuned "
                       "config over the server's own, in the tuning's timing: %s; written as %s (read back by SGLang's "
                       "loader: %s), for SGLANG_MOE_CONFIG_DIR=%s" % (
                           b["name"], t["configs_tried"], t["space"], t["configs_failed"], t["spent_s"], t["budget_s"],
-                          ",".join(map(str, t["sizes"])),
+                          ",".join(map(str, t["sizes"])), " and ".join(t.get("routing") or ["uniform"]),
                           ", ".join("M=%s x%s" % kv for kv in sorted(t.get("speedup", {}).items(), key=lambda kv: int(kv[0]))),
                           t.get("path") or t.get("file"), "yes" if t.get("loader_read_back") else "no", t.get("config_dir"))]
     return lines
@@ -205,8 +205,9 @@ def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, A
     ]
     for b in backends:
         if b.get("check"):
-            lines.append("- correctness of %s: relative error %.4f vs fp32 reference (%d experts, M=%d; bound %s)"
-                         % (b["name"], b["check"]["relative_error"], b["check"]["experts"], b["check"]["m"], b["check"].get("bound", "-")))
+            lines.append("- correctness of %s: relative error %.4f vs fp32 reference (%d experts, M=%d; bound %s)%s"
+                         % (b["name"], b["check"]["relative_error"], b["check"]["experts"], b["check"]["m"], b["check"].get("bound", "-"),
+                            "; partial M tiles checked too" if b["check"].get("partial_tiles_checked") else ""))
     if not primary.get("backends") and primary.get("check"):
         lines.append("- correctness: relative error %.4f vs fp32 reference (%d experts, M=%d)"
                      % (primary["check"]["relative_error"], primary["check"]["experts"], primary["check"]["m"]))

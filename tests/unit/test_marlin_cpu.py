@@ -53,3 +53,18 @@ def test_sglang_backend_without_gpu_fails_clearly():
     with pytest.raises(RuntimeError, match="backend sglang needs a CUDA GPU"):
         bc_marlin.run_sweep({"shape": dict(SMALL, hidden_size=128, tp_size=1), "batch_sizes": [1], "backend": "sglang",
                              "device_type": "cpu"})
+
+
+def test_the_reference_check_reaches_partial_tiles_only_when_asked():
+    """The fp32 check of a tuned config (#32): with the model's top-k on 8 experts, every token goes to every expert
+    (m rows each: whole tiles at the tuned sizes); the partial check routes half the top-k, skewed, so the experts'
+    row counts are uneven and end in partial tiles. A wrong kernel fails either way (the torch backend in bf16 against
+    the fp32 loop is within the bound)."""
+    s = shard(dict(SMALL, top_k=8, tp_size=1))
+    cpu = torch.device("cpu")
+    full = bc_marlin.reference_check(torch, s, cpu, torch.bfloat16, seed=0, m=64, backend="torch")
+    assert full["top_k"] == 8 and full["expert_rows"] == [64] * 8 and full["partial_tiles"] is False
+    part = bc_marlin.reference_check(torch, s, cpu, torch.bfloat16, seed=0, m=64, backend="torch", partial=True)
+    assert part["top_k"] == 4 and sum(part["expert_rows"]) == 64 * 4 and part["partial_tiles"] is True
+    assert max(part["expert_rows"]) > 2 * min(part["expert_rows"])  # skewed: some experts get few rows
+    assert part["relative_error"] < 0.03 and full["relative_error"] < 0.03
