@@ -27,8 +27,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 # the MANIFEST.json collection_info keys that galaxy.yml takes as they are (license_file would need the file kept)
 GALAXY_KEYS = ("namespace", "name", "version", "readme", "authors", "description", "license", "tags", "dependencies",
                "repository", "documentation", "homepage", "issues")
@@ -70,7 +68,8 @@ def vendor(wheel: Path, names: list[str], dest: Path, galaxy: str = "ansible-gal
         for fqcn in names:
             root = extract(wheel, fqcn, Path(tmp))
             manifest = json.loads((root / "MANIFEST.json").read_text(encoding="utf-8"))
-            (root / "galaxy.yml").write_text(yaml.safe_dump(galaxy_yml(manifest), sort_keys=False), encoding="utf-8")
+            # JSON is YAML: no PyYAML needed where an operator runs this with the system's python3
+            (root / "galaxy.yml").write_text(json.dumps(galaxy_yml(manifest), indent=1), encoding="utf-8")
             (root / "MANIFEST.json").unlink()
             (root / "FILES.json").unlink(missing_ok=True)
             subprocess.run([galaxy, "collection", "build", str(root), "--output-path", str(dest), "--force"],

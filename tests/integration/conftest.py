@@ -271,9 +271,14 @@ def remove_gpu_double() -> None:
 
 
 def serving(port: int = 8080, container: str = CONTAINER, api_key: str = "") -> str:
-    """What the service does now, measured: the unit's state and the answer to 2+2= (asked with `api_key`, if given)."""
+    """What the service does now, measured: the unit's state and the answer to 2+2= (asked with `api_key`, if given:
+    handed to curl as a 0600 header file written through stdin, never on a command line)."""
     state = sh("systemctl is-active llama-lab", check=False, container=container).strip()
-    auth = f"-H 'Authorization: Bearer {api_key}' " if api_key else ""
+    auth = ""
+    if api_key:
+        subprocess.run(["podman", "exec", "-i", container, "sh", "-c", "umask 077; cat > /run/bc-test-auth"],
+                       input=f"Authorization: Bearer {api_key}\n", text=True, check=True, timeout=60)
+        auth = "-H @/run/bc-test-auth "
     body = sh("curl -s -m 5 " + auth + "-H 'Content-Type: application/json' -d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' "
               f"http://127.0.0.1:{port}/v1/completions", check=False, container=container)
     try:

@@ -28,12 +28,13 @@ SECRET = "sk-ee-secret-7d1f"
 
 @pytest.fixture(scope="module")
 def ee_image() -> str:
-    """The EE ./tasks built (BC_EE_IMAGE), else built here (cached by its recipe: lab/ee.py)."""
-    if os.environ.get("BC_EE_IMAGE"):
-        return os.environ["BC_EE_IMAGE"]
-    out = subprocess.run([sys.executable, str(ROOT / "lab/ee.py"), "build"], capture_output=True, text=True, timeout=1800,
-                         check=True, cwd=ROOT).stdout
-    return out.strip().splitlines()[-1]
+    """The EE ./tasks built here (BC_EE_LOCAL_IMAGE), else built now (cached by its recipe: lab/ee.py)."""
+    if os.environ.get("BC_EE_LOCAL_IMAGE"):
+        return os.environ["BC_EE_LOCAL_IMAGE"]
+    proc = subprocess.run([sys.executable, str(ROOT / "lab/ee.py"), "build"], capture_output=True, text=True, timeout=3600,
+                          check=False, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def project_copy(dest: Path) -> None:
@@ -101,17 +102,20 @@ def test_the_cycle_runs_inside_the_execution_environment_as_an_awx_job(llama, ee
     stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]["artifact_data"]["benchmark_cycle"]
     assert stats[HOST]["status"] == "complete" and stats[HOST]["results_dir"] == "/results", stats
     assert all(r.startswith(f"/results/{HOST}/") for r in stats[HOST]["reports"]), stats
-    # the key arrived through the credential's file and is nowhere in what the job recorded
-    leaked = [p for p in artifacts.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+    # the key arrived through the credential's file and is nowhere in what the job recorded or left on the volume
+    kept = [*artifacts.rglob("*"), *results.rglob("*")]
+    leaked = [p for p in kept if p.is_file() and SECRET in p.read_text(errors="replace")]
     assert leaked == [] and SECRET not in out
-    assert sh(f"grep -c '{SECRET}' /etc/benchmark-cycle/llama-lab.env").strip() == "1"
+    assert serving(api_key=SECRET) == "active, answers 2+2=4"  # the server has it: it answers a request with it
+    assert serving().endswith("no answer")  # and refuses one without
     assert sh("systemctl is-active llama-lab").strip() == "active"
 
 
 def test_an_execution_environment_killed_mid_sweep_is_covered_by_the_hosts_dead_man_switch(llama, ee_image, tmp_path,
                                                                                           reliability):
     """The job's container is killed while the host is stopped for the sweep (a node lost, a pod evicted): nothing of
-    the controller is left to start the service. The host's switch does, within its grace of the last heartbeat."""
+    the controller is left to start the service. The host's switch does, when the controller's last promise of a
+    next contact runs out (its journal says so); the time from the kill to serving is recorded, not asserted."""
     results = tmp_path / "results"
     results.mkdir()
     extravars = dict(SURVEY, bc_sweep_python=gated_sweep_python(), bc_sweep_timeout_s=600, bc_stop_timeout_s=10)
@@ -122,6 +126,7 @@ def test_an_execution_environment_killed_mid_sweep_is_covered_by_the_hosts_dead_
         names = subprocess.run(["podman", "ps", "--filter", f"ancestor={ee_image}", "--format", "{{.Names}}"],
                                capture_output=True, text=True, check=True, timeout=60).stdout.split()
         assert len(names) == 1, names
+        since = int(sh("date +%s")) - 1  # this case's switch, not an earlier one's on this long-lived host
         subprocess.run(["podman", "kill", names[0]], check=True, timeout=60, capture_output=True)
         killed_at = time.monotonic()
         thread.join(timeout=120)
@@ -132,7 +137,8 @@ def test_an_execution_environment_killed_mid_sweep_is_covered_by_the_hosts_dead_
         wait_for("the service back by the switch", lambda: serving(api_key=SECRET) == "active, answers 2+2=4",
                  grace + 300)
         back_s = time.monotonic() - killed_at
-        assert "dead-man switch" in sh("journalctl --no-pager -u bc-deadman-llama-lab.service -o cat || true")
+        journal = sh(f"journalctl --no-pager --since @{since} -u bc-deadman-llama-lab.service -o cat || true")
+        assert "the heartbeat of the controller stopped" in journal, journal
         assert not sh("pgrep -af [b]c_marlin || true").strip()  # the orphaned sweep ended with it
     finally:
         sh("rm -f /usr/local/bin/bc-gated-python")

@@ -595,3 +595,33 @@ def test_the_file_anchors_untimed_sizes_to_the_servers_config():
     assert got[:8] == [1, 2, 4, 8, 16, 32, 64, 128] and {384, 385, 8192} <= set(got)
     assert not {256, 512, 1024, 2048, 4096} & set(got)
     assert 1 in bc_marlin.anchors(s, [1, 8, 1024], [1024]) and 8 in bc_marlin.anchors(s, [1, 8, 1024], [1024])
+
+
+def test_a_tuned_config_is_never_slower_than_the_servers_under_any_of_the_distributions(monkeypatch):
+    """tune(groups=2): each distribution timed on its own; a config much faster under one and slower under the other
+    (the H200's M=512 config: 1.16x uniform, 0.94x zipf(1)) is not kept; one faster under both is, and its speedup is
+    the worse of the two."""
+    def fake_time(_torch, kernel, x, routes, _device, _warmup, _iters, _graph):
+        cfg = bc_marlin.nearest(kernel.configs, x)
+        assert len(routes) == 1  # one distribution per timing
+        if "server" in cfg:
+            return [10.0]
+        if cfg["BLOCK_SIZE_M"] == 16:  # the mean's pick: much faster uniform, slower skewed
+            return [5.0 if routes == ["uniform"] else 11.0]
+        if cfg["BLOCK_SIZE_M"] == 64 and cfg["BLOCK_SIZE_N"] == 128:  # a little faster under both
+            return [9.0 if routes == ["uniform"] else 9.5]
+        return [12.0]
+
+    monkeypatch.setattr(bc_marlin, "time_point", fake_time)
+    ticks = iter(range(100_000))
+    kernel = FakeTuned()
+    got = kernel.tune([256], {256: (256, ["uniform", "zipf"])}, None, budget_s=20_000, seed=0, keep=[],
+                      clock=lambda: float(next(ticks)), groups=2)
+    assert kernel.configs[256]["BLOCK_SIZE_M"] == 64 and kernel.configs[256]["BLOCK_SIZE_N"] == 128, kernel.configs
+    assert got["speedup"] == {"256": round(10 / 9.5, 3)}
+    # one distribution: the mean's pick wins, as before
+    kernel, ticks = FakeTuned(), iter(range(100_000))
+    monkeypatch.setattr(bc_marlin, "time_point", lambda *a: [5.0] if "server" not in bc_marlin.nearest(a[1].configs, a[2])
+                        and a[1].configs[a[2]]["BLOCK_SIZE_M"] == 16 else [10.0])
+    kernel.tune([256], {256: (256, ["uniform"])}, None, budget_s=20_000, seed=0, keep=[], clock=lambda: float(next(ticks)))
+    assert kernel.configs[256]["BLOCK_SIZE_M"] == 16

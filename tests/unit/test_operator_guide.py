@@ -20,7 +20,7 @@ GUIDE = ROOT / "docs/operator-guide.md"
 COLLECTIONS = ["pip download --no-deps --only-binary=:all: -d wheels ansible==12.3.0",
                "python3 collection/vendor.py --wheel wheels/ansible-12.3.0-py3-none-any.whl --dest collections/artifacts "
                "ansible.posix awx.awx",
-               "cd collections/artifacts && ansible-galaxy collection install --offline -r requirements.yml -p .."]
+               "(cd collections/artifacts && ansible-galaxy collection install --offline -r requirements.yml -p ..)"]
 OFFLINE = ["cp -r inventory/ct200 inventory/mysite", "ansible-inventory -i inventory/mysite --graph"]
 ON_A_HOST = ["ansible-playbook benchmark_cycle.yml -i inventory/mysite --check --diff",
              "ansible-playbook benchmark_cycle.yml -i inventory/mysite",
@@ -76,10 +76,11 @@ def test_the_collections_install_offline_as_the_page_says(tmp_path):
     environ = dict({k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PIP_"))},
                    ANSIBLE_CONFIG=str(work / "ansible.cfg"), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(cache),
                    PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    for command in COLLECTIONS:
-        proc = subprocess.run(command, shell=True, cwd=work, env=environ, capture_output=True, text=True, timeout=300,
-                              check=False)
-        assert proc.returncode == 0, (command, proc.stdout + proc.stderr)
+    # in one shell, as an operator types them: a command that leaves the shell elsewhere breaks the next one
+    script = "set -e\n" + "\n".join(COLLECTIONS) + "\ntest \"$PWD\" = " + str(work) + "\n"
+    proc = subprocess.run(["bash", "-c", script], cwd=work, env=environ, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     listed = subprocess.run(["ansible-galaxy", "collection", "list", "-p", str(work / "collections"), "--format", "json"],
                             cwd=work, env=environ, capture_output=True, text=True, timeout=120, check=True).stdout
     found = {name for path, names in json.loads(listed).items() if path.startswith(str(work / "collections")) for name in names}
