@@ -21,6 +21,7 @@ the FLOPs at the dense bf16 tensor throughput, both measured in the same run.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -320,7 +321,10 @@ TUNE_SPACE: dict[str, list[int]] = {
     "BLOCK_SIZE_M": [16, 32, 64, 128], "BLOCK_SIZE_N": [32, 64, 128, 256], "BLOCK_SIZE_K": [32, 64, 128, 256],
     "GROUP_SIZE_M": [1, 8, 16, 32], "num_warps": [4, 8], "num_stages": [2, 3, 4],
 }
-TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}  # what Triton runs where a config names neither
+TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+# a config replaces the server's at a size only where it is this much faster under every distribution, in the tuning's
+# own timing (one routing each, a median of 5): a tie would otherwise pass on noise, the luckiest of ~100 configs
+TUNE_MARGIN = 0.02  # what Triton runs where a config names neither
 # where SGLang keeps override_config and the config loader: moe_runner/triton_utils (0.5.15-0.5.23), fused_moe_triton
 # before; the loader reads $SGLANG_MOE_CONFIG_DIR/configs/triton_<version>/<name> (fused_moe_triton_config.py
 # get_moe_configs, 0.5.16:55-178) and picks the entry of the nearest M (try_get_optimal_moe_config, 0.5.16:296)
@@ -414,9 +418,12 @@ class TunedTritonKernel(TritonKernel):
         they cannot build is failed untimed. A tuning that timed nothing (the server's own config failed at a size)
         is a RuntimeError. With `groups` > 1, each size's routings are that many distributions (equal consecutive
         shares of routes[m]), each timed on its own: a config's score is its worst ratio to the server's config over
-        them, so a config kept never runs any of the site's distributions slower than the server's, in the tuning's
-        timing (tuned on their mean, the H200 kept a config 6% slower under zipf(1) than the server's: #32); its
-        speedup is that worst one."""
+        them, and it replaces the server's config only where that is below 1 - TUNE_MARGIN: at least that much faster
+        under every one of the site's distributions, in the tuning's timing (tuned on their mean, the H200 kept a
+        config 6% slower under zipf(1) than the server's: #32). Its speedup is that worst one."""
+        if groups > 1 and any(not routes[m][1] or len(routes[m][1]) % groups for m in sizes):
+            raise ValueError("each size needs the same number of routings from each of the %d distributions" % groups)
+        share = len(routes[sizes[0]][1]) // groups if groups > 1 else 0
         started = clock()
         deadline = started + budget_s
         tried, failed, built = 0, 0, 0
@@ -440,7 +447,6 @@ class TunedTritonKernel(TritonKernel):
                     config = baseline[m] if cand is None else cand
                     self.configs = {m: config}
                     x, rts = routes[m]
-                    share = len(rts) // groups
                     chunks = [rts[i * share:(i + 1) * share] for i in range(groups)] if groups > 1 else [rts]
                     got[m] = ([median(time_point(self.torch, self, x, c, device, 2, 5, True)) for c in chunks], config)
             except Exception:  # a config Triton cannot build or launch here (shared memory, registers)
@@ -453,7 +459,7 @@ class TunedTritonKernel(TritonKernel):
                 if cand is None:
                     today[m] = times
                 score = max(t / max(b, 1e-12) for t, b in zip(times, today[m], strict=True))  # worst over the distributions
-                if m not in best or score < best[m][0]:
+                if cand is None or score < min(best[m][0], 1 - TUNE_MARGIN):
                     best[m] = (score, config)
             return "timed"
 
@@ -502,7 +508,8 @@ class TunedTritonKernel(TritonKernel):
                        "build_s": round(spent["build_s"], 1), "time_s": round(spent["time_s"], 1),
                        # the server's config's time over the tuned one's, per M, in the tuning's own timing (the worst
                        # over the distributions)
-                       "speedup": {str(m): round(1 / score, 3) for m, (score, _c) in sorted(best.items()) if m in today}}
+                       "speedup": {str(m): round(1 / max(score, 1e-12), 3) for m, (score, _c) in sorted(best.items())
+                                   if m in today}, "margin": TUNE_MARGIN}
         if build is not None:
             build.close()
         if notes:
@@ -771,7 +778,7 @@ def reference_check(torch: Any, s: dict[str, int], device: Any, dtype: Any, seed
     rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
     counts = [int(c) for c in torch.bincount(ids.flatten().long(), minlength=small["E"]).tolist()]
     return {"experts": small["E"], "top_k": small["topk"], "m": m, "relative_error": rel, "expert_rows": counts,
-            "partial_tiles": any(c % min(TUNE_SPACE["BLOCK_SIZE_M"]) for c in counts)}
+            "partial": partial, "partial_tiles": any(c % min(TUNE_SPACE["BLOCK_SIZE_M"]) for c in counts)}
 
 
 def tensor_throughput(torch: Any, device: Any, n: int = 8192, iters: int = 10) -> float:
@@ -1104,9 +1111,9 @@ def tune_kernel(torch: Any, cfg: dict[str, Any], kernel: TunedTritonKernel, s: d
                 device: Any, dtype: Any, seed: int) -> dict[str, Any]:
     """Tune the kernel at its sizes on the sweep's own routing distributions (routings of their own: the sweep's inputs
     are not drawn from this), within the run's budget, and write the config file the server loads (proven by its
-    loader). Each distribution is timed on its own and a config must not be slower than the server's under any
-    (tune(groups=)): tuned on uniform routing alone, configs lost 7-16% under zipf(1) at M=512 and 1024 on the
-    H200, and on the mean of both still 6% at M=512 (docs/benchmarks.md)."""
+    loader). Each distribution is timed on its own and a config must beat the server's under every one of them
+    (tune(groups=)): tuned on uniform routing alone, configs lost 6-16% under zipf(1) at M=512 and 1024 on the
+    H200, and on the mean of both still 6% at M=512 and 4% at 4096 (docs/benchmarks.md, the fourth run)."""
     at = tune_sizes(cfg, sizes)
     gen = torch.Generator(device=device).manual_seed(seed + 3)
     specs = routing_specs(cfg.get("routing") or [{"kind": "uniform"}], s)
@@ -1156,9 +1163,11 @@ def _finish(torch: Any, cfg: dict[str, Any], result: dict[str, Any], s: dict[str
             checks = [reference_check(torch, s, device, dtype, int(cfg.get("seed", 0)), m=m, backend=entry["name"],
                                       configs=tuned or None, partial=partial) for m in at
                       for partial in ((False, True) if tuned else (False,))]  # a tuned config on partial tiles too
-            check = dict(max(checks, key=lambda c: c["relative_error"]))
+            # the worst check, a NaN (garbage in masked rows) the worst of all
+            check = dict(max(checks, key=lambda c: math.inf if math.isnan(c["relative_error"]) else c["relative_error"]))
+            partial_checks = [c for c in checks if c["partial"]]
             check.update(bound=bound, ok=all(c["relative_error"] <= bound for c in checks),
-                         partial_tiles_checked=any(c["partial_tiles"] for c in checks))
+                         partial_tiles_checked=bool(partial_checks) and all(c["partial_tiles"] for c in partial_checks))
         except Exception as err:  # a check that cannot run proves nothing: a failed check, not a lost run
             check = {"relative_error": float("nan"), "bound": bound, "ok": False,
                      "error": "%s: %s" % (type(err).__name__, str(err)[:300])}

@@ -167,7 +167,8 @@ def what_to_run(result: dict[str, Any]) -> list[str]:
         t = b.get("tuning")
         if t:
             lines += ["", "%s: %d configs of %d timed (%d could not build here) in %s s (budget %s s) at M=%s, on %s routing; the tuned "
-                      "config over the server's own, in the tuning's timing: %s; written as %s (read back by SGLang's "
+                      "config over the server's own, in the tuning's timing (the worst over the routings; x1.0: the "
+                      "server's config kept): %s; written as %s (read back by SGLang's "
                       "loader: %s), for SGLANG_MOE_CONFIG_DIR=%s" % (
                           b["name"], t["configs_tried"], t["space"], t["configs_failed"], t["spent_s"], t["budget_s"],
                           ",".join(map(str, t["sizes"])), " and ".join(t.get("routing") or ["uniform"]),
@@ -205,9 +206,11 @@ def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, A
     ]
     for b in backends:
         if b.get("check"):
-            lines.append("- correctness of %s: relative error %.4f vs fp32 reference (%d experts, M=%d; bound %s)%s"
-                         % (b["name"], b["check"]["relative_error"], b["check"]["experts"], b["check"]["m"], b["check"].get("bound", "-"),
-                            "; partial M tiles checked too" if b["check"].get("partial_tiles_checked") else ""))
+            c = b["check"]
+            lines.append("- correctness of %s: relative error %.4f vs fp32 reference (%s experts, M=%s; bound %s)%s%s"
+                         % (b["name"], c["relative_error"], c.get("experts", "-"), c.get("m", "-"), c.get("bound", "-"),
+                            "; partial M tiles checked too" if c.get("partial_tiles_checked") else "",
+                            "; the check could not run: %s" % c["error"] if c.get("error") else ""))
     if not primary.get("backends") and primary.get("check"):
         lines.append("- correctness: relative error %.4f vs fp32 reference (%d experts, M=%d)"
                      % (primary["check"]["relative_error"], primary["check"]["experts"], primary["check"]["m"]))
