@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from vars_json import SOURCES as VARS_SOURCES
+from vars_json import to_json as vars_to_json
 
 from filter_docs import sidecars as filter_sidecars
 from role_readme import readmes as role_readmes
@@ -197,8 +199,12 @@ def build(out: Path, root: Path = ROOT) -> Path:
             if tree == "playbooks" and len(rel.parts) == 2 and rel.name not in PLAYBOOKS:
                 continue  # the lab's and the GPU test machine's provisioning
             if path.suffix in (".yml", ".yaml", ".j2"):
-                put(str(rel), rewrite_yaml(path.read_text(), fqcn, modules, filters, roles))
-            else:
+                text = rewrite_yaml(path.read_text(), fqcn, modules, filters, roles)
+                put(str(rel), text)
+                if str(rel) in VARS_SOURCES:  # the plays load its JSON: written from the rewritten YAML, not copied
+                    put(str(rel.with_suffix(".json")), vars_to_json(text))
+            elif path.suffix == ".json" and str(rel.with_suffix(".yml")) in VARS_SOURCES:
+                continue
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)

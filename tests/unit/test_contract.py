@@ -18,7 +18,8 @@ FILTERS = set(re.findall(r'"(bc_[a-z0-9_]+)":', (ROOT / "filter_plugins/bc_filte
 # their defaults stand there, and the contract holds none for them
 PLAY_KEYWORDS = {"bc_target", "bc_serial", "bc_max_fail_percentage"}
 SOURCES = [p for d in ("playbooks", "roles", "inventory", "awx", "molecule") for p in (ROOT / d).rglob("*")
-           if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ".j2") and p.name != "contract.yml"]
+           if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ".j2") and p.name not in ("contract.yml", "contract.json")]
+# (contract.json is contract.yml's data, written by collection/vars_json.py: tests/unit/test_vars_json.py)
 
 
 # and the shared code's files (module_utils/bc_*.py), named in comments and descriptions
