@@ -204,7 +204,8 @@ def build(out: Path, root: Path = ROOT) -> Path:
                 if str(rel) in VARS_SOURCES:  # the plays load its JSON: written from the rewritten YAML, not copied
                     put(str(rel.with_suffix(".json")), vars_to_json(text))
             elif path.suffix == ".json" and str(rel.with_suffix(".yml")) in VARS_SOURCES:
-                continue
+                continue  # written above from the rewritten YAML
+            else:
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
