@@ -321,10 +321,10 @@ TUNE_SPACE: dict[str, list[int]] = {
     "BLOCK_SIZE_M": [16, 32, 64, 128], "BLOCK_SIZE_N": [32, 64, 128, 256], "BLOCK_SIZE_K": [32, 64, 128, 256],
     "GROUP_SIZE_M": [1, 8, 16, 32], "num_warps": [4, 8], "num_stages": [2, 3, 4],
 }
-TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}  # what Triton runs where a config names neither
 # a config replaces the server's at a size only where it is this much faster under every distribution, in the tuning's
 # own timing (one routing each, a median of 5): a tie would otherwise pass on noise, the luckiest of ~100 configs
-TUNE_MARGIN = 0.02  # what Triton runs where a config names neither
+TUNE_MARGIN = 0.02
 # where SGLang keeps override_config and the config loader: moe_runner/triton_utils (0.5.15-0.5.23), fused_moe_triton
 # before; the loader reads $SGLANG_MOE_CONFIG_DIR/configs/triton_<version>/<name> (fused_moe_triton_config.py
 # get_moe_configs, 0.5.16:55-178) and picks the entry of the nearest M (try_get_optimal_moe_config, 0.5.16:296)
@@ -423,7 +423,6 @@ class TunedTritonKernel(TritonKernel):
         config 6% slower under zipf(1) than the server's: #32). Its speedup is that worst one."""
         if groups > 1 and any(not routes[m][1] or len(routes[m][1]) % groups for m in sizes):
             raise ValueError("each size needs the same number of routings from each of the %d distributions" % groups)
-        share = len(routes[sizes[0]][1]) // groups if groups > 1 else 0
         started = clock()
         deadline = started + budget_s
         tried, failed, built = 0, 0, 0
@@ -447,7 +446,8 @@ class TunedTritonKernel(TritonKernel):
                     config = baseline[m] if cand is None else cand
                     self.configs = {m: config}
                     x, rts = routes[m]
-                    chunks = [rts[i * share:(i + 1) * share] for i in range(groups)] if groups > 1 else [rts]
+                    share = len(rts) // groups  # each distribution's routings: an equal consecutive share
+                    chunks = [rts[i * share:(i + 1) * share] for i in range(groups)]
                     got[m] = ([median(time_point(self.torch, self, x, c, device, 2, 5, True)) for c in chunks], config)
             except Exception:  # a config Triton cannot build or launch here (shared memory, registers)
                 try:
