@@ -3,7 +3,8 @@ and each case's time from the junit files of its pytest stages. Adds the run to 
 label and renders the generated section of docs/timings.md (between its two markers).
 
     CI=true ./tasks test                                                 # writes results/suite/
-    .venv/bin/python bench/suite_timings.py --label "idle 1"             # adds the run, renders the table
+    .venv/bin/python bench/suite_timings.py --label "idle 1"             # adds the run, renders the table, and
+                                                                         # writes tests/integration/case_times.json
     .venv/bin/python bench/suite_timings.py --label "stress-ng --cpu 2, 1"
     .venv/bin/python bench/suite_timings.py --failures   # the failed cases and why (./tasks test prints it last)
 """
@@ -42,6 +43,17 @@ def read_run(suite: Path) -> dict[str, Any]:
             cases.append((case_name(xml, case), float(case.get("time", 0))))
     cases.sort(key=lambda kv: -kv[1])
     return {"stages": stages, "slowest": cases[:10], "cases": len(cases)}
+
+
+def case_times(suite: Path) -> dict[str, float]:
+    """Each lab case's time in the parallel stages (the molecule scenarios' junit files), named as
+    tests/integration/schedule.py reads them (`test_faults.py::test_x[param]`): the order the next run starts them in."""
+    times: dict[str, float] = {}
+    for xml in sorted(suite.glob("molecule-*.xml")):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            module = case.get("classname", "").rsplit(".", 1)[-1]
+            times[f"{module}.py::{case.get('name')}"] = round(float(case.get("time", 0)), 1)
+    return dict(sorted(times.items()))
 
 
 def failures(suite: Path, lines_each: int = 20) -> str:
@@ -91,6 +103,8 @@ def main() -> None:
     parser.add_argument("--suite", type=Path, default=ROOT / "results/suite")
     parser.add_argument("--data", type=Path, default=ROOT / "docs/suite-timings.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs/timings.md")
+    parser.add_argument("--case-times", type=Path, default=ROOT / "tests/integration/case_times.json",
+                        help="where the lab cases' times go (the next parallel run starts the longest first)")
     args = parser.parse_args()
     if args.failures:
         text = failures(args.suite)
@@ -114,6 +128,9 @@ def main() -> None:
     else:
         doc = doc.rstrip("\n") + "\n\n## The suite, stage by stage (generated)\n\n" + section + "\n"
     args.doc.write_text(doc)
+    times = case_times(args.suite)
+    if times:  # a run without the molecule stages (none recorded) keeps the last file
+        args.case_times.write_text(json.dumps({"run": args.label, "cases": times}, indent=1) + "\n")
     print(section)
 
 

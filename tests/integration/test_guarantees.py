@@ -14,7 +14,21 @@ import time
 from pathlib import Path
 
 import yaml
-from conftest import CONTAINER, DOUBLE, HOST, ROOT, env, lab_hosts, playbook, playbook_cmd, serving, sh, wait_for_sweep, wait_in_host
+from conftest import (
+    CONTAINER,
+    DOUBLE,
+    HOST,
+    ROOT,
+    env,
+    gated_sweep_python,
+    lab_hosts,
+    playbook,
+    playbook_cmd,
+    serving,
+    sh,
+    wait_for_sweep,
+    wait_in_host,
+)
 
 KEY = "sk-bc-guard-5e1d07a9"
 HOOK = "/usr/local/bin/lb-hook"
@@ -142,8 +156,11 @@ def test_the_api_key_never_reaches_a_command_line_or_any_output(llama, tmp_path,
 def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reliability):
     """SIGKILL to ansible-playbook mid-sweep, then nothing: the switch ends the orphaned sweep and
     starts the service; the next cycle, from any controller, takes the expired lock over."""
-    # a sweep budget (120 s) the kill lands inside on a loaded machine too: else the controller ends the sweep itself
-    extra = with_router({"bc_sweep_iters": 2000, "bc_sweep_timeout_s": 120, "bc_stop_timeout_s": 10, "bc_switch_margin_s": 3})
+    # a sweep budget (120 s) the kill lands inside on a loaded machine too: else the controller ends the sweep itself;
+    # the sweep held at its gate, burning no CPU while the case waits out the switch's window (a 2000-iteration CPU
+    # sweep ran until the switch ended it, minutes of a core)
+    extra = with_router({"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": 120, "bc_stop_timeout_s": 10,
+                         "bc_switch_margin_s": 3})
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for_sweep(proc)

@@ -31,9 +31,13 @@ from conftest import (
 )
 
 LOCK = "/run/lock/benchmark-cycle-llama-lab.lock"
-# the cycle's worst case is long here (a 900 s sweep budget): the switch's outer bound is far away, so a service
-# back within the grace shows the heartbeat at work, not the bound
-LONG = {"bc_sweep_iters": 3000, "bc_sweep_timeout_s": 900}
+
+
+def long_sweep() -> dict:
+    """The cycle's worst case is long here (a 900 s sweep budget): the switch's outer bound is far away, so a service
+    back within the grace shows the heartbeat at work, not the bound. The sweep is held at its gate (closed here): it
+    burns no CPU while a case waits for the grace (a 3000-iteration CPU sweep did, until the switch ended it)."""
+    return {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": 900}
 
 
 def lose_controller(proc: subprocess.Popen) -> float:
@@ -58,7 +62,7 @@ def promised_in() -> float:
 @pytest.mark.parametrize("phase", ["sweep", "start"])
 def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability, phase):
     # the start: a short sweep, then a 15 s load (ExecStartPre) to be lost in
-    extra = LONG if phase == "sweep" else {"bc_start_delay_s": 15}
+    extra = long_sweep() if phase == "sweep" else {"bc_start_delay_s": 15}
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     if phase == "sweep":
@@ -100,10 +104,10 @@ def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_hold
     switch and frees the lock. Against a live cycle it refuses, naming the holder's token, and touches nothing."""
     from test_guarantees import router, with_router
 
-    extra = with_router(dict(LONG))
+    extra = with_router(long_sweep())
     # the live cycle is held at the sweep's gate for as long as the recovery takes (a CPU sweep on a loaded machine
     # could outlast its budget), then runs a short sweep
-    held = dict(extra, bc_sweep_python=gated_sweep_python(), bc_sweep_iters=3, bc_sweep_timeout_s=1800)
+    held = dict(extra, bc_sweep_iters=3, bc_sweep_timeout_s=1800)
     live = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=held), cwd=ROOT,
                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -117,6 +121,7 @@ def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_hold
     assert live.returncode == 0, out[-3000:]  # the live cycle was not disturbed
     sh("echo -n > /tmp/lb-log")
 
+    gated_sweep_python()  # the gate closed again: the lost cycle's sweep is held until the recovery ends it
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for_sweep(proc)
@@ -153,7 +158,7 @@ def test_a_job_cancelled_through_ansible_runner_costs_the_grace_and_the_orphaned
     pdd = tmp_path / "pdd"
     (pdd / "env").mkdir(parents=True)
     (pdd / "project").symlink_to(ROOT)
-    (pdd / "env" / "extravars").write_text(json.dumps(LONG))
+    (pdd / "env" / "extravars").write_text(json.dumps(long_sweep()))
     (pdd / "env" / "envvars").write_text(json.dumps({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                                                      "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}))
     cancel = threading.Event()

@@ -20,8 +20,10 @@ from conftest import (
     DOUBLE,
     HOST,
     INVENTORY,
+    LAB_SWEEP_PYTHON,
     ROOT,
     env,
+    gated_sweep_python,
     install_gpu_double,
     playbook,
     playbook_cmd,
@@ -312,14 +314,17 @@ def test_a_controller_killed_mid_sweep_with_a_request_held_then_a_rerun_serves_w
     the paused server's front end; the operator re-runs the cycle at once. The re-run takes the lock over, ends
     the dead cycle's sweep, restarts the server (never a resume: its state is not known) within a bound whatever
     its front end holds, waits for it, does its own cycle and puts the host back in the router."""
-    extra = with_router(dict(released_lab(), bc_sweep_iters=2000, bc_sweep_timeout_s=60))
+    # the dead cycle's sweep held at its gate (no CPU burnt while it waits for the re-run to end it)
+    extra = with_router(dict(released_lab(), bc_sweep_python=gated_sweep_python(), bc_sweep_timeout_s=60))
     before = main_pid()
     # a client's request reaches the paused server: held in its front end
     kill_controller_mid_sweep(extra, "rm -f /tmp/held.json; (curl -s -m 300 -H 'Content-Type: application/json' -d "
                               "'{\"prompt\":\"x\",\"max_tokens\":2}' http://127.0.0.1:30001/v1/completions > /tmp/held.json 2>&1 &)")
     assert "ansible.module_utils.bc_marlin" in sh("pgrep -af [b]c_marlin || true")  # the dead cycle's sweep runs on
-    # the re-run's own sweep is short, and its budget is not the dead cycle's 60 s (a busy machine starves a CPU sweep)
-    rerun = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_sweep_iters=3, bc_sweep_timeout_s=600))
+    # the re-run's own sweep is short and ungated, and its budget is not the dead cycle's 60 s (a busy machine starves a
+    # CPU sweep)
+    rerun = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_sweep_python=LAB_SWEEP_PYTHON, bc_sweep_iters=3,
+                                                            bc_sweep_timeout_s=600))
     text = " ".join(rerun.out.split())
     assert rerun.rc == 0 and "broke the lock of cycle" in text, rerun.out[-5000:]
     # sized again against the restarted server: the preflight measured the released one (whose free memory made the
@@ -346,7 +351,8 @@ def test_the_switch_leaves_alone_a_server_an_operator_restarted_by_hand(released
     healthy server (on ct200, an unplanned 6-10 minute reload)."""
     # a grace long enough that the switch cannot act before the operator, however slow the machine; the promise
     # is then broken on purpose below
-    extra = with_router(dict(released_lab(), bc_sweep_iters=2000, bc_sweep_timeout_s=60, bc_switch_grace_s=900))
+    extra = with_router(dict(released_lab(), bc_sweep_python=gated_sweep_python(), bc_sweep_timeout_s=60,
+                             bc_switch_grace_s=900))
     kill_controller_mid_sweep(extra)
     switch = f"bc-deadman-{UNIT}"
     assert sh(f"systemctl is-active {switch}.timer", check=False).strip() == "active"  # armed, for the released start
@@ -385,8 +391,9 @@ def test_a_release_that_kills_the_server_is_followed_by_a_restart(released_lab, 
 
 
 def test_a_killed_controller_on_the_release_path_is_covered_by_a_restart(released_lab, reliability):
-    # a sweep budget (120 s) the kill lands inside on a loaded machine too: else the controller ends the sweep itself
-    extra = with_router(dict(released_lab(), bc_sweep_iters=2000, bc_sweep_timeout_s=120, bc_stop_timeout_s=5,
+    # a sweep budget (120 s) the kill lands inside on a loaded machine too: else the controller ends the sweep itself;
+    # the sweep held at its gate, burning no CPU while the case waits out the switch's window
+    extra = with_router(dict(released_lab(), bc_sweep_python=gated_sweep_python(), bc_sweep_timeout_s=120, bc_stop_timeout_s=5,
                              bc_switch_margin_s=3))
     before = main_pid()
     killed_at = kill_controller_mid_sweep(extra)  # the controller vanishes with the server released and paused

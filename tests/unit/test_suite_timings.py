@@ -62,10 +62,13 @@ def test_a_run_is_added_under_its_label_and_the_section_replaced_in_place(tmp_pa
     suite(tmp_path, {"lint": 1, "total": 100}, {"t": 1})
     for _ in range(2):  # the same label twice: one row
         subprocess.run([sys.executable, str(ROOT / "bench/suite_timings.py"), "--label", "idle 1", "--suite", str(tmp_path),
-                        "--data", str(tmp_path / "d.json"), "--doc", str(doc)], capture_output=True, text=True, check=True)
+                        "--data", str(tmp_path / "d.json"), "--doc", str(doc), "--case-times", str(tmp_path / "times.json")],
+                       capture_output=True, text=True, check=True)
     text = doc.read_text()
     assert text.startswith("# Timings\n\nbefore\n\n" + BEGIN) and text.endswith(END + "\n\nafter\n") and "old" not in text
     assert len(json.loads((tmp_path / "d.json").read_text())) == 1
+    # and the lab cases' times, for the next parallel run's order (tests/integration/schedule.py)
+    assert json.loads((tmp_path / "times.json").read_text()) == {"run": "idle 1", "cases": {"test_x.py::t": 1.0}}
 
 
 def test_failures_names_each_failed_case_with_the_end_of_its_report_and_a_killed_stage(tmp_path):
