@@ -46,13 +46,20 @@ def read_run(suite: Path) -> dict[str, Any]:
 
 
 def case_times(suite: Path) -> dict[str, float]:
-    """Each lab case's time in the parallel stages (the molecule scenarios' junit files), named as
-    tests/integration/schedule.py reads them (`test_faults.py::test_x[param]`): the order the next run starts them in."""
+    """Each lab case's time in the parallel stage (molecule `faults`, its junit file), named as
+    tests/integration/schedule.py reads them (`test_faults.py::test_x[param]`): the order the next run starts them in.
+    pytest-xdist's loadgroup names a case of an xdist_group `test_x[param]@group` (xdist/remote.py): the group is cut off,
+    after the parameters as loadgroup reads it (scheduler/loadgroup.py `_split_scope`)."""
     times: dict[str, float] = {}
-    for xml in sorted(suite.glob("molecule-*.xml")):
-        for case in ET.parse(xml).getroot().iter("testcase"):
-            module = case.get("classname", "").rsplit(".", 1)[-1]
-            times[f"{module}.py::{case.get('name')}"] = round(float(case.get("time", 0)), 1)
+    xml = suite / "molecule-faults.xml"
+    if not xml.exists():
+        return times
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        module = case.get("classname", "").rsplit(".", 1)[-1]
+        name = case.get("name", "")
+        if "@" in name.rpartition("]")[2]:
+            name = name[:name.rindex("@")]
+        times[f"{module}.py::{name}"] = round(float(case.get("time", 0)), 1)
     return dict(sorted(times.items()))
 
 

@@ -179,10 +179,12 @@ def keyless_double():
     """After each test, the SGLang double's API key taken away by hand, as an operator would (the cycle
     itself never restarts a unit that has a key without one, and the lab runs without a key unless a
     test gives one): the unit stopped, its secrets file removed. The llama-server unit is re-provisioned
-    by `llama` when its files differ from the lab's."""
+    by `llama` when its files differ from the lab's. And a sweep still held at the gate (gated_sweep_python) ended:
+    a case that failed before its re-run or its switch ended it would leave it for its budget, and the next case on
+    this host would find a sweep running."""
     yield
     subprocess.run(["podman", "exec", CONTAINER, "sh", "-c",
-                    "f=/etc/benchmark-cycle/sglang-double.secrets.yaml; [ -e $f ] || exit 0; "
+                    "pkill -KILL -f '[b]c-gated-python'; f=/etc/benchmark-cycle/sglang-double.secrets.yaml; [ -e $f ] || exit 0; "
                     "systemctl stop sglang-double; rm -f $f"], capture_output=True, timeout=120, check=False)
 
 

@@ -174,7 +174,7 @@ def test_playbook_interrupted_mid_sweep_then_rerun_brings_the_service_back(llama
     # the re-run is the actor here (the host's switch is, in test_guarantees and test_one_owner): a grace long enough
     # that the dead controller's promise holds until the re-run, however slow the machine
     # the interrupted cycle's sweep held at its gate: no CPU burnt until the re-run ends it
-    held = {"bc_sweep_python": gated_sweep_python(), "bc_switch_grace_s": 900}
+    held = {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": 900, "bc_switch_grace_s": 900}
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=held),
                             cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_sweep(proc)

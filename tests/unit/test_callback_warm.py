@@ -15,18 +15,35 @@ PROBE = """
 import json, sys
 from ansible.plugins.loader import init_plugin_loader, callback_loader
 init_plugin_loader()
-loaded = lambda: sorted(m for m in sys.modules if m.split('.')[-1].startswith('bc_filters'))
-callback = callback_loader.get('benchmark_cycle_progress')
+loaded = lambda: sorted(m for m in sys.modules
+                        if m.startswith(('ansible.plugins.filter.', 'ansible.plugins.test.')) or m.endswith('.plugins.filter.bc_filters'))
+callback = callback_loader.get(sys.argv[1])
 before = loaded()
 callback.v2_playbook_on_start(None)
 print(json.dumps({'before': before, 'after': loaded()}))
 """
 
 
-def test_the_playbook_start_loads_the_projects_filters_in_the_parent():
+def probe(name: str, **env_extra: str) -> dict[str, list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=dict(env, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")),
-                         capture_output=True, text=True, timeout=120, check=True).stdout
-    seen = json.loads(out.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-c", PROBE, name], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+                         env=dict(env, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), **env_extra)).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_the_playbook_start_loads_the_projects_filters_and_the_builtin_tests_in_the_parent():
+    seen = probe("benchmark_cycle_progress")
     assert seen["before"] == []  # nothing had loaded them: the callback did
-    assert len(seen["after"]) == 1, seen
+    assert {m.split(".")[-1].split("_")[0] for m in seen["after"]} >= {"bc", "core"}, seen
+    assert any(m.startswith("ansible.plugins.test.core") for m in seen["after"]), seen
+
+
+def test_from_the_collection_it_loads_the_collections_filters(tmp_path):
+    sys.path.insert(0, str(ROOT / "collection"))
+    import build
+
+    build.build(tmp_path)
+    seen = probe("inference_ops.benchmark_cycle.benchmark_cycle_progress",
+                 ANSIBLE_COLLECTIONS_PATH=f"{tmp_path}:{ROOT / 'collections'}")
+    assert "ansible_collections.inference_ops.benchmark_cycle.plugins.filter.bc_filters" not in seen["before"]
+    assert "ansible_collections.inference_ops.benchmark_cycle.plugins.filter.bc_filters" in seen["after"], seen

@@ -47,10 +47,17 @@ def test_the_times_written_from_a_runs_junit_are_the_ones_the_order_reads(tmp_pa
     cases = ET.SubElement(root, "testsuite")
     ET.SubElement(cases, "testcase", classname="tests.integration.test_faults", name="test_drain[force]", time="190.26")
     ET.SubElement(cases, "testcase", classname="tests.integration.test_release", name="test_pause", time="20.0")
+    # a case of an xdist_group, as loadgroup names it; and a parameter that holds an @ itself
+    ET.SubElement(cases, "testcase", classname="tests.integration.test_faults", name="test_oom@kernel_oom_counter", time="61")
+    ET.SubElement(cases, "testcase", classname="tests.integration.test_faults", name="test_kill[user@host]@grp", time="7")
+    ET.SubElement(cases, "testcase", classname="tests.integration.test_faults", name="test_mail[a@b]", time="8")
     ET.ElementTree(root).write(suite / "molecule-faults.xml")
-    ET.ElementTree(root).write(suite / "unit.xml")  # not a parallel lab stage: not recorded
+    ET.ElementTree(root).write(suite / "unit.xml")  # not the parallel lab stage: not recorded
+    ET.ElementTree(root).write(suite / "molecule-fleet.xml")  # nor the serial fleet scenario
     times = case_times(suite)
-    assert times == {"test_faults.py::test_drain[force]": 190.3, "test_release.py::test_pause": 20.0}
+    assert times == {"test_faults.py::test_drain[force]": 190.3, "test_release.py::test_pause": 20.0,
+                     "test_faults.py::test_oom": 61.0, "test_faults.py::test_kill[user@host]": 7.0,
+                     "test_faults.py::test_mail[a@b]": 8.0}
     out = tmp_path / "case_times.json"
     out.write_text(json.dumps({"run": "x", "cases": times}))
     assert load_times(out)[case_key("test_faults.py", "test_drain[force]")] == 190.3
