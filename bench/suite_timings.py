@@ -47,7 +47,8 @@ def read_run(suite: Path) -> dict[str, Any]:
 
 def case_times(suite: Path) -> dict[str, float]:
     """Each lab case's time in the parallel stage (molecule `faults`, its junit file), named as
-    tests/integration/schedule.py reads them (`test_faults.py::test_x[param]`): the order the next run starts them in.
+    tests/integration/conftest.py's test_id names a case (`test_faults.py::test_x[param]`): the order
+    tests/integration/schedule.py starts the next run's cases in.
     pytest-xdist's loadgroup names a case of an xdist_group `test_x[param]@group` (xdist/remote.py): the group is cut off,
     after the parameters as loadgroup reads it (scheduler/loadgroup.py `_split_scope`)."""
     times: dict[str, float] = {}
@@ -136,7 +137,7 @@ def main() -> None:
         doc = doc.rstrip("\n") + "\n\n## The suite, stage by stage (generated)\n\n" + section + "\n"
     args.doc.write_text(doc)
     times = case_times(args.suite)
-    if times:  # a run without the molecule stages (none recorded) keeps the last file
+    if times:  # a run without molecule faults (no times) keeps the last file
         args.case_times.write_text(json.dumps({"run": args.label, "cases": times}, indent=1) + "\n")
     print(section)
 

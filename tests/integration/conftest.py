@@ -413,8 +413,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     start longest first (schedule.py: the last green run's times), so that no long case is left to run alone at the
     end; a serial run keeps the files' order."""
     if WORKERS > 1:
-        from schedule import case_key, load_times, longest_first
+        from schedule import load_times, longest_first
 
-        order = longest_first([case_key(Path(str(item.fspath)).name, item.name) for item in items], load_times())
+        order = longest_first([test_id(item) for item in items], load_times())
         items[:] = [items[i] for i in order]
     items.sort(key=lambda item: Path(str(item.fspath)).name == "test_fleet.py")

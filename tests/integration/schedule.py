@@ -13,13 +13,9 @@ from pathlib import Path
 TIMES = Path(__file__).with_name("case_times.json")
 
 
-def case_key(file_name: str, test_name: str) -> str:
-    """A case as case_times.json names it: `test_faults.py::test_x[param]`."""
-    return f"{file_name}::{test_name}"
-
-
 def load_times(path: Path = TIMES) -> dict[str, float]:
-    """The recorded times; none (an empty map) where the file is missing or is not a map of numbers."""
+    """The recorded times, each case named as conftest.test_id names it (`test_faults.py::test_x[param]`); none (an
+    empty map) where the file is missing or is not a map of numbers."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "bench"))
-from schedule import case_key, load_times, longest_first
+from schedule import load_times, longest_first
 from suite_timings import case_times
 
 
@@ -60,4 +60,4 @@ def test_the_times_written_from_a_runs_junit_are_the_ones_the_order_reads(tmp_pa
                      "test_faults.py::test_mail[a@b]": 8.0}
     out = tmp_path / "case_times.json"
     out.write_text(json.dumps({"run": "x", "cases": times}))
-    assert load_times(out)[case_key("test_faults.py", "test_drain[force]")] == 190.3
+    assert load_times(out)["test_faults.py::test_drain[force]"] == 190.3  # as conftest.test_id names the case
