@@ -73,7 +73,7 @@ class Server:
 
 
 @contextmanager
-def started(tmp: Path):
+def started(tmp: Path, *extra: str):
     found = built()
     script = Path(found["vllm_python"]).parent / "vllm"
     port, log = free_port(), tmp / "vllm.log"
@@ -82,7 +82,7 @@ def started(tmp: Path):
     # as a unit starts it: the console script itself (the kernel runs it through its shebang's python), with the
     # API server's own count of its requests (the drain's) and a grace for requests in flight at SIGTERM
     argv = [str(script), "serve", found["vllm_model"], "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
-            "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout", "30"]
+            "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout", "30", *extra]
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(proc, port, log, found["vllm_version"])
@@ -109,7 +109,10 @@ def vllm(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def vllm_to_kill(tmp_path_factory: pytest.TempPathFactory):
-    with started(tmp_path_factory.mktemp("vllm-killed")) as server:
+    # eager, as the lab's unit runs it: what a dead engine looks like does not depend on torch.compile, which doubles a
+    # start here (69 s -> 32 s to healthy with --enforce-eager, the compile cache warm: docs/timings.md); the first
+    # server keeps vLLM's default, compiled, and its process tree
+    with started(tmp_path_factory.mktemp("vllm-killed"), "--enforce-eager") as server:
         yield server
 
 

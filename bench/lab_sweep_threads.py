@@ -1,0 +1,72 @@
+"""One lab sweep (the lab's shape, sizes and routings: inventory/lab/group_vars) run in a lab host with torch's
+default threads and with OMP_NUM_THREADS=1, each `--runs` times, printing its wall time, its CPU and the sweep's own
+wall_s (docs/timings.md, "The lab's torch single-threaded"). Run it beside a busy suite to see what the lab sees.
+
+    .venv/bin/python bench/lab_sweep_threads.py --container bc-lab-1 --runs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE = "/tmp/bc-bench-sweep"  # in the lab host
+CFG = {"shape": {"num_experts": 16, "hidden_size": 256, "intermediate_size": 256, "top_k": 4, "group_size": 32, "num_bits": 4},
+       "batch_sizes": [1, 2, 4, 8, 16, 32, 64], "backends": ["torch"],
+       "routing": [{"kind": "uniform"}, {"kind": "zipf", "skew": 1.0}], "iters": 5, "device_type": "cpu"}
+
+
+def inside(python: str, runs: int) -> None:
+    """In the lab host: each thread setting `runs` times, alternating."""
+    for _i in range(runs):
+        for threads in ("unset", "1"):
+            env = dict(os.environ, PYTHONPATH=STAGE)
+            env.pop("OMP_NUM_THREADS", None)
+            if threads != "unset":
+                env["OMP_NUM_THREADS"] = threads
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.monotonic()
+            proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=json.dumps(CFG), capture_output=True,
+                                  text=True, env=env, cwd=STAGE, timeout=1800, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            print(f"OMP_NUM_THREADS={threads}: wall {time.monotonic() - start:.1f} s, CPU {cpu:.1f} s, "
+                  f"the sweep's wall_s {json.loads(proc.stdout)['wall_s']}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--container", default="bc-lab-1")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--python", default="/opt/bench-venv/bin/python", help="the sweep interpreter in the lab host")
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        inside(args.python, args.runs)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / "ansible" / "module_utils"
+        pkg.mkdir(parents=True)
+        for src in (ROOT / "module_utils").glob("*.py"):
+            shutil.copy(src, pkg / src.name)
+        (pkg.parent / "__init__.py").touch()
+        (pkg / "__init__.py").touch()
+        shutil.copy(__file__, Path(tmp) / "bench.py")
+        subprocess.run(["podman", "exec", args.container, "rm", "-rf", STAGE], check=True, timeout=60)
+        subprocess.run(["podman", "cp", tmp, f"{args.container}:{STAGE}"], check=True, timeout=60)
+    subprocess.run(["podman", "exec", args.container, "python3", f"{STAGE}/bench.py", "--inside", "--runs", str(args.runs),
+                    "--python", args.python], check=True, timeout=7200)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

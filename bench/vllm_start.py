@@ -1,0 +1,67 @@
+"""How long a real vLLM (the CPU build ./tasks sets up) takes to answer /health with 200, and the CPU its process group
+used by then, started as tests/integration/test_vllm.py starts it, once per variant of extra flags
+(docs/timings.md, "The lab's torch single-threaded": compiled against --enforce-eager).
+
+    BC_VLLM_PYTHON=... BC_VLLM_MODEL=... .venv/bin/python bench/vllm_start.py "" "--enforce-eager"
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def group_cpu(pgid: int) -> float:
+    """User + system CPU of the live processes of the group, their reaped children's included."""
+    out = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True, timeout=30, check=False).stdout
+    total = 0.0
+    for pid in out.split():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def start(python: str, model: str, extra: list[str], port: int = 18123, within_s: float = 900) -> tuple[float, float]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
+               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    argv = [str(Path(python).parent / "vllm"), "serve", model, "--host", "127.0.0.1", "--port", str(port), "--max-model-len",
+            "512", "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout",
+            "30", *extra]
+    began = time.monotonic()
+    with open(os.devnull, "w") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while time.monotonic() - began < within_s:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return time.monotonic() - began, group_cpu(proc.pid)
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise SystemExit(f"vLLM exited ({proc.returncode}) while starting")
+            time.sleep(0.5)
+        raise SystemExit(f"vLLM not healthy within {within_s:.0f} s")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
+
+def main() -> None:
+    python, model = os.environ["BC_VLLM_PYTHON"], os.environ["BC_VLLM_MODEL"]
+    for variant in sys.argv[1:] or [""]:
+        ready, cpu = start(python, model, variant.split())
+        print(f"flags {variant!r}: healthy in {ready:.1f} s, {cpu:.1f} s of CPU by then", flush=True)
+        time.sleep(2)
+
+
+if __name__ == "__main__":
+    main()
