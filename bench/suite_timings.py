@@ -51,10 +51,13 @@ def case_times(suite: Path) -> dict[str, float]:
     tests/integration/schedule.py starts the next run's cases in.
     pytest-xdist's loadgroup names a case of an xdist_group `test_x[param]@group` (xdist/remote.py): the group is cut off,
     after the parameters as loadgroup reads it (scheduler/loadgroup.py `_split_scope`)."""
-    times: dict[str, float] = {}
     xml = suite / "molecule-faults.xml"
-    if not xml.exists():
-        return times
+    return junit_case_times(xml) if xml.exists() else {}
+
+
+def junit_case_times(xml: Path) -> dict[str, float]:
+    """case_times from one junit file of the faults cases."""
+    times: dict[str, float] = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         module = case.get("classname", "").rsplit(".", 1)[-1]
         name = case.get("name", "")
@@ -113,7 +116,23 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs/timings.md")
     parser.add_argument("--case-times", type=Path, default=ROOT / "tests/integration/case_times.json",
                         help="where the lab cases' times go (the next parallel run starts the longest first)")
+    parser.add_argument("--faults-junit", type=Path,
+                        help="write only the case times, from this junit file of the faults cases run alone (a green "
+                             "pytest -n N --dist loadgroup --junitxml over molecule faults' files), under --label")
     args = parser.parse_args()
+    if args.faults_junit:
+        if not args.label:
+            parser.error("--faults-junit needs --label (how the run was made)")
+        root = ET.parse(args.faults_junit).getroot()
+        red = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None or c.find("error") is not None]
+        if red:
+            raise SystemExit(f"suite_timings: {args.faults_junit} is not a green run: {len(red)} case(s) failed, e.g. {red[0]}")
+        times = junit_case_times(args.faults_junit)
+        if not times:
+            raise SystemExit(f"suite_timings: no case in {args.faults_junit}")
+        args.case_times.write_text(json.dumps({"run": args.label, "cases": times}, indent=1) + "\n")
+        print(f"suite_timings: {len(times)} case times written to {args.case_times}")
+        return
     if args.failures:
         text = failures(args.suite)
         print(text or f"suite_timings: no failed case in {args.suite}/*.xml (a stage failed outside pytest: see above)")

@@ -51,7 +51,10 @@ def start(python: str, model: str, extra: list[str], port: int = 18123, within_s
             time.sleep(0.5)
         raise SystemExit(f"vLLM not healthy within {within_s:.0f} s")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the whole group gone already: the exit above says why
+            pass
         proc.wait(timeout=60)
 
 

@@ -15,7 +15,8 @@ echo 'lab' > "$ROOT/etc/hostname"
 # torch single-threaded in every ssh session (pam_env reads /etc/environment): the lab runs 3-9 hosts on a 2-core
 # machine, and torch's default (an OpenMP thread per core, spinning between the sweep's tiny ops) made one lab sweep
 # 31-39 s of CPU and 82-139 s of wall time beside a loaded suite, against 3.4-4.1 s and 11-18 s with one thread
-# (docs/timings.md, "The lab's sweeps single-threaded"). The sweep, its kernels and what it measures are unchanged.
+# (docs/timings.md, "The lab's torch single-threaded"). The sweep and its kernels are unchanged; its lab timings are
+# single-threaded ones.
 echo 'OMP_NUM_THREADS=1' >> "$ROOT/etc/environment"
 # the sweep's Python: a venv with CPU torch, installed offline from the wheelhouse
 mkdir -p "$ROOT/tmp/wheelhouse"

@@ -3,8 +3,9 @@
 module (real ansible), the stop's process matcher, the completion's verdict. Then its EngineCore is killed, as a crash
 would end it, and what the project says about the dead engine is checked against what vLLM really answers.
 
-The cases run in order against two servers (each start costs about a minute of CPU): the first is stalled, then
-ended by SIGTERM with a request in flight (vLLM's own drain); the second has its engine killed."""
+The cases run in order against two servers: the first, compiled as vLLM's default (about a minute of CPU to start), is
+stalled, then ended by SIGTERM with a request in flight (vLLM's own drain); the second, eager (half that), has its engine
+killed."""
 
 from __future__ import annotations
 
@@ -109,9 +110,9 @@ def vllm(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def vllm_to_kill(tmp_path_factory: pytest.TempPathFactory):
-    # eager, as the lab's unit runs it: what a dead engine looks like does not depend on torch.compile, which doubles a
-    # start here (69 s -> 32 s to healthy with --enforce-eager, the compile cache warm: docs/timings.md); the first
-    # server keeps vLLM's default, compiled, and its process tree
+    # eager, as the lab's unit runs it: what a dead engine looks like does not depend on torch.compile, which doubled a
+    # start here (69 s against 32 s to healthy, the machine idle, the compile cache warm: bench/vllm_start.py,
+    # docs/timings.md); the first server keeps vLLM's compiled default and its process tree
     with started(tmp_path_factory.mktemp("vllm-killed"), "--enforce-eager") as server:
         yield server
 

@@ -93,3 +93,25 @@ def test_failures_of_a_green_run_is_empty_and_the_command_says_where_to_look(tmp
     out = subprocess.run([sys.executable, str(ROOT / "bench/suite_timings.py"), "--suite", str(tmp_path), "--failures"],
                          capture_output=True, text=True, check=True).stdout
     assert "no failed case" in out
+
+
+def faults_junit(tmp: Path, rows: str) -> subprocess.CompletedProcess[str]:
+    (tmp / "faults.xml").write_text(JUNIT.format(rows))
+    return subprocess.run([sys.executable, str(ROOT / "bench/suite_timings.py"), "--faults-junit", str(tmp / "faults.xml"),
+                           "--label", "alone, 3 workers", "--case-times", str(tmp / "case_times.json")],
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_faults_cases_run_alone_give_the_case_times_a_group_cut_off(tmp_path):
+    proc = faults_junit(tmp_path, '<testcase classname="tests.integration.test_x" name="test_a[p]@oom" time="12.34"/>'
+                                  '<testcase classname="tests.integration.test_y" name="test_b" time="3"/>')
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "case_times.json").read_text()) == {
+        "run": "alone, 3 workers", "cases": {"test_x.py::test_a[p]": 12.3, "test_y.py::test_b": 3.0}}
+
+
+def test_a_faults_junit_with_a_failed_case_writes_no_case_times(tmp_path):
+    proc = faults_junit(tmp_path, '<testcase classname="tests.integration.test_x" name="test_a" time="1">'
+                                  '<failure message="boom"/></testcase>')
+    assert proc.returncode != 0 and "not a green run" in proc.stderr and "test_a" in proc.stderr
+    assert not (tmp_path / "case_times.json").exists()
