@@ -16,15 +16,22 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGE = "/tmp/bc-bench-sweep"  # in the lab host
-CFG = {"shape": {"num_experts": 16, "hidden_size": 256, "intermediate_size": 256, "top_k": 4, "group_size": 32, "num_bits": 4},
-       "batch_sizes": [1, 2, 4, 8, 16, 32, 64], "backends": ["torch"],
-       "routing": [{"kind": "uniform"}, {"kind": "zipf", "skew": 1.0}], "iters": 5, "device_type": "cpu"}
 
 
-def inside(python: str, runs: int) -> None:
+def lab_config() -> dict[str, Any]:
+    """The lab's sweep, read from its inventory (bc_sweep_*), as the sweep's engine takes it. Read on the controller:
+    this file runs in the lab host too (--inside), whose python3 has no yaml."""
+    import yaml  # noqa: PLC0415 - not at the top: the lab host runs this file too
+    lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
+    return {"shape": lab["bc_sweep_shape"], "batch_sizes": lab["bc_sweep_batch_sizes"], "backends": lab["bc_sweep_backends"],
+            "routing": lab["bc_sweep_routing"], "iters": lab["bc_sweep_iters"], "device_type": "cpu"}
+
+
+def inside(python: str, runs: int, cfg: str) -> None:
     """In the lab host: each thread setting `runs` times, alternating."""
     for _i in range(runs):
         for threads in ("unset", "1"):
@@ -34,7 +41,7 @@ def inside(python: str, runs: int) -> None:
                 env["OMP_NUM_THREADS"] = threads
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.monotonic()
-            proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=json.dumps(CFG), capture_output=True,
+            proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=cfg, capture_output=True,
                                   text=True, env=env, cwd=STAGE, timeout=1800, check=True)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -47,10 +54,10 @@ def main() -> None:
     parser.add_argument("--container", default="bc-lab-1")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--python", default="/opt/bench-venv/bin/python", help="the sweep interpreter in the lab host")
-    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--inside", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
-        inside(args.python, args.runs)
+        inside(args.python, args.runs, args.inside)
         return
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "ansible" / "module_utils"
@@ -62,8 +69,8 @@ def main() -> None:
         shutil.copy(__file__, Path(tmp) / "bench.py")
         subprocess.run(["podman", "exec", args.container, "rm", "-rf", STAGE], check=True, timeout=60)
         subprocess.run(["podman", "cp", tmp, f"{args.container}:{STAGE}"], check=True, timeout=60)
-    subprocess.run(["podman", "exec", args.container, "python3", f"{STAGE}/bench.py", "--inside", "--runs", str(args.runs),
-                    "--python", args.python], check=True, timeout=7200)
+    subprocess.run(["podman", "exec", args.container, "python3", f"{STAGE}/bench.py", "--inside", json.dumps(lab_config()),
+                    "--runs", str(args.runs), "--python", args.python], check=True, timeout=7200)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,16 @@ def junit_case_times(xml: Path) -> dict[str, float]:
     return dict(sorted(times.items()))
 
 
+def red_cases(root: ET.Element) -> list[tuple[ET.Element, ET.Element]]:
+    """Each failed or erroring case of one junit tree, with its failure or error element."""
+    return [(case, bad) for case in root.iter("testcase") for bad in [*case.findall("failure"), *case.findall("error")]]
+
+
+def write_case_times(path: Path, label: str, times: dict[str, float]) -> None:
+    """The lab cases' times, under the run that made them (tests/integration/schedule.py reads them)."""
+    path.write_text(json.dumps({"run": label, "cases": times}, indent=1) + "\n")
+
+
 def failures(suite: Path, lines_each: int = 20) -> str:
     """Every failed or erroring case of the run's junit files, each with the end of its report: what ./tasks test
     prints last when it fails, so the tail of a CI log names the cases and why (a scenario's log is long)."""
@@ -77,12 +87,11 @@ def failures(suite: Path, lines_each: int = 20) -> str:
         except ET.ParseError as exc:
             out.append(f"{xml.name}: unreadable junit ({exc}): the stage was killed before pytest finished it")
             continue
-        for case in root.iter("testcase"):
-            for bad in [*case.findall("failure"), *case.findall("error")]:
-                text = (bad.text or "").rstrip().splitlines()
-                seconds = float(case.get("time") or 0)
-                out.append(f"{bad.tag.upper()} {case_name(xml, case)} ({seconds:.0f} s): {bad.get('message', '')[:300]}")
-                out += ["    " + line for line in text[-lines_each:]]
+        for case, bad in red_cases(root):
+            text = (bad.text or "").rstrip().splitlines()
+            seconds = float(case.get("time") or 0)
+            out.append(f"{bad.tag.upper()} {case_name(xml, case)} ({seconds:.0f} s): {bad.get('message', '')[:300]}")
+            out += ["    " + line for line in text[-lines_each:]]
     return "\n".join(out)
 
 
@@ -123,14 +132,13 @@ def main() -> None:
     if args.faults_junit:
         if not args.label:
             parser.error("--faults-junit needs --label (how the run was made)")
-        root = ET.parse(args.faults_junit).getroot()
-        red = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None or c.find("error") is not None]
+        red = sorted({case.get("name", "") for case, _ in red_cases(ET.parse(args.faults_junit).getroot())})
         if red:
             raise SystemExit(f"suite_timings: {args.faults_junit} is not a green run: {len(red)} case(s) failed, e.g. {red[0]}")
         times = junit_case_times(args.faults_junit)
         if not times:
             raise SystemExit(f"suite_timings: no case in {args.faults_junit}")
-        args.case_times.write_text(json.dumps({"run": args.label, "cases": times}, indent=1) + "\n")
+        write_case_times(args.case_times, args.label, times)
         print(f"suite_timings: {len(times)} case times written to {args.case_times}")
         return
     if args.failures:
@@ -157,7 +165,7 @@ def main() -> None:
     args.doc.write_text(doc)
     times = case_times(args.suite)
     if times:  # a run without molecule faults (no times) keeps the last file
-        args.case_times.write_text(json.dumps({"run": args.label, "cases": times}, indent=1) + "\n")
+        write_case_times(args.case_times, args.label, times)
     print(section)
 
 

@@ -1,5 +1,5 @@
 """How long a real vLLM (the CPU build ./tasks sets up) takes to answer /health with 200, and the CPU its process group
-used by then, started as tests/integration/test_vllm.py starts it, once per variant of extra flags
+used by then, started as tests/integration/test_vllm.py starts it (lab/lab.py vllm_serve), once per variant of extra flags
 (docs/timings.md, "The lab's torch single-threaded": compiled against --enforce-eager).
 
     BC_VLLM_PYTHON=... BC_VLLM_MODEL=... .venv/bin/python bench/vllm_start.py "" "--enforce-eager"
@@ -14,6 +14,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+from lab import vllm_serve  # the lab's own way of serving its vLLM, as tests/integration/test_vllm.py does
 
 
 def group_cpu(pgid: int) -> float:
@@ -30,11 +33,7 @@ def group_cpu(pgid: int) -> float:
 
 
 def start(python: str, model: str, extra: list[str], port: int = 18123, within_s: float = 900) -> tuple[float, float]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
-               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    argv = [str(Path(python).parent / "vllm"), "serve", model, "--host", "127.0.0.1", "--port", str(port), "--max-model-len",
-            "512", "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout",
-            "30", *extra]
+    argv, env = vllm_serve(python, model, port, *extra)
     began = time.monotonic()
     with open(os.devnull, "w") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -59,7 +58,10 @@ def start(python: str, model: str, extra: list[str], port: int = 18123, within_s
 
 
 def main() -> None:
-    python, model = os.environ["BC_VLLM_PYTHON"], os.environ["BC_VLLM_MODEL"]
+    python, model = os.environ.get("BC_VLLM_PYTHON"), os.environ.get("BC_VLLM_MODEL")
+    if not python or not model:
+        raise SystemExit("vllm_start: set BC_VLLM_PYTHON and BC_VLLM_MODEL (`.venv/bin/python lab/lab.py vllm --shell` "
+                         "prints them)")
     for variant in sys.argv[1:] or [""]:
         ready, cpu = start(python, model, variant.split())
         print(f"flags {variant!r}: healthy in {ready:.1f} s, {cpu:.1f} s of CPU by then", flush=True)

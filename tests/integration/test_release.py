@@ -12,6 +12,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from conftest import (
     env,
     gated_sweep_python,
     install_gpu_double,
+    open_sweep_gate,
     playbook,
     playbook_cmd,
     read_events,
@@ -32,6 +34,7 @@ from conftest import (
     sh,
     wait_for,
     wait_for_sweep,
+    wait_in_host,
 )
 from test_guarantees import router, with_router
 
@@ -83,9 +86,7 @@ def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab
     before, full = main_pid(), used_mib()
     # a request still running when the (forced) drain ends: the pause aborts it, the release survives. It would run
     # 10 min (6000 tokens at 100 ms): a busy machine takes a minute or more to get from the start to the pause
-    sh("rm -f /tmp/long.json; (curl -s -m 900 -H 'Content-Type: application/json' -d '{\"prompt\":\"x\",\"max_tokens\":6000}' "
-       "http://127.0.0.1:30001/v1/completions > /tmp/long.json 2>&1 &)")
-    time.sleep(1)
+    request_in_flight("/tmp/long.json", max_tokens=6000, max_s=900)
     run = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_drain_deadline_s=2, bc_drain_on_deadline="force"))
     assert run.rc == 0, run.out[-4000:]
     out = " ".join(run.out.split())
@@ -185,9 +186,7 @@ def test_readiness_waits_for_a_restart_whose_stop_is_held_by_a_paused_front_end(
     extra = released_lab(SGLANG_HEALTH_CHECK_TIMEOUT="3600")
     sh("curl -s -m 10 -X POST -H 'Content-Type: application/json' -d '{\"mode\":\"abort\"}' "
        "http://127.0.0.1:30001/pause_generation")
-    sh("(curl -s -m 120 -H 'Content-Type: application/json' -d '{\"prompt\":\"x\",\"max_tokens\":2}' "
-       "http://127.0.0.1:30001/v1/completions > /dev/null 2>&1 &)")
-    time.sleep(1)
+    request_in_flight("/tmp/paused.json", max_s=120)
     sh(f"systemctl restart --no-block {UNIT}")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and sh(f"systemctl show -p ActiveState --value {UNIT}").strip() != "deactivating":
@@ -263,14 +262,16 @@ def test_a_paused_server_holding_a_request_is_restarted_within_a_bound(released_
     during the sweep: the front end holds it, and SGLang's SIGTERM drain would wait for it until
     TimeoutStopSec ("Remaining number of requests 1" every 5 s; 105 s measured on the H200). The restart
     of a server whose state is not known kills it instead: bounded, whatever the front end holds."""
-    extra = with_router(released_lab(BC_DOUBLE_RESUME_FAILS="error"))
+    # the sweep held at its gate until the request is held: a fast sweep would end (and the resume be tried) before the
+    # request reached the paused server
+    extra = with_router(dict(released_lab(BC_DOUBLE_RESUME_FAILS="error"), bc_sweep_python=gated_sweep_python()))
     before = main_pid()
     log = Path(tempfile.mkdtemp()) / "events.jsonl"
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(BC_CYCLE_EVENT_LOG=str(log)),
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     wait_for_sweep(proc)
-    sh("(curl -s -m 300 -H 'Content-Type: application/json' -d '{\"prompt\":\"x\",\"max_tokens\":2}' "
-       "http://127.0.0.1:30001/v1/completions > /tmp/held.json 2>&1 &)")  # reaches the paused server: held
+    hold_a_request()
+    open_sweep_gate()
     out, _ = proc.communicate(timeout=1800)
     text = " ".join(out.split())
     assert proc.returncode != 0 and "the resume of the released memory" in text, out[-3000:]
@@ -293,16 +294,29 @@ def test_a_paused_server_holding_a_request_is_restarted_within_a_bound(released_
                 run_s=events[-1]["t"] - events[0]["t"])
 
 
-def kill_controller_mid_sweep(extra: dict, meanwhile: str = "") -> float:
-    """Run a cycle detached, wait for its sweep (the server released and paused), run `meanwhile` on the host
-    (e.g. a client's request the paused server holds), then SIGKILL the controller's whole process group.
+def request_in_flight(answer_to: str, max_tokens: int = 2, max_s: int = 300) -> None:
+    """A client's completion request to the server (port 30001 on the lab host), in the background, its answer to
+    `answer_to`; returns once the server has it: curl's connection established and no answer yet (never a fixed
+    sleep: on a busy machine the curl itself takes seconds to start)."""
+    sh(f"rm -f {answer_to}; (curl -s -m {max_s} -H 'Content-Type: application/json' "
+       f"-d '{{\"prompt\":\"x\",\"max_tokens\":{max_tokens}}}' http://127.0.0.1:30001/v1/completions > {answer_to} 2>&1 &)")
+    wait_in_host(f"ss -Htnp state established '( dport = :30001 )' | grep -q '\"curl\"' && [ ! -s {answer_to} ]", 60)
+
+
+def hold_a_request() -> None:
+    """A client's request that reaches the paused server: its front end holds it."""
+    request_in_flight("/tmp/held.json")
+
+
+def kill_controller_mid_sweep(extra: dict, meanwhile: Callable[[], None] | None = None) -> float:
+    """Run a cycle detached, wait for its sweep (the server released and paused), run `meanwhile` (e.g. a client's
+    request the paused server holds), then SIGKILL the controller's whole process group.
     Returns when it was killed (monotonic)."""
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for_sweep(proc)
-    if meanwhile:
-        sh(meanwhile)
-        time.sleep(1)
+    if meanwhile is not None:
+        meanwhile()
     os.killpg(proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     proc.wait(timeout=30)
@@ -318,8 +332,7 @@ def test_a_controller_killed_mid_sweep_with_a_request_held_then_a_rerun_serves_w
     extra = with_router(dict(released_lab(), bc_sweep_python=gated_sweep_python(), bc_sweep_timeout_s=60))
     before = main_pid()
     # a client's request reaches the paused server: held in its front end
-    kill_controller_mid_sweep(extra, "rm -f /tmp/held.json; (curl -s -m 300 -H 'Content-Type: application/json' -d "
-                              "'{\"prompt\":\"x\",\"max_tokens\":2}' http://127.0.0.1:30001/v1/completions > /tmp/held.json 2>&1 &)")
+    kill_controller_mid_sweep(extra, hold_a_request)
     assert "ansible.module_utils.bc_marlin" in sh("pgrep -af [b]c_marlin || true")  # the dead cycle's sweep runs on
     # the re-run's own sweep is short and ungated, and its budget is not the dead cycle's 60 s (a busy machine starves a
     # CPU sweep)
@@ -371,7 +384,8 @@ def test_the_switch_leaves_alone_a_server_an_operator_restarted_by_hand(released
         time.sleep(2)
     fired = sh(f"journalctl --no-pager -u {switch}.service -o cat | grep -v '^Started\\|Deactivated'")
     assert "than the one the switch was armed for" in fired and "nothing done" in fired, fired
-    time.sleep(3)
+    # its run over (whatever its type: not active, not activating), so whatever it did is done
+    wait_in_host(f"systemctl show -p ActiveState --value {switch}.service | grep -qx 'inactive\\|failed'", 60)
     assert main_pid() == by_hand and '"text": "4"' in answer()  # never restarted again
     sh(f"systemctl stop {switch}.timer || true; rm -rf /run/lock/benchmark-cycle-*")
     reliability(fault="an operator's restart, then the switch", injected="controller SIGKILLed with the server released; the "

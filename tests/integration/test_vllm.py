@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "library"))
 from conftest import built
 from test_modules_adhoc import adhoc
 
+from lab import vllm_serve
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -76,14 +78,8 @@ class Server:
 @contextmanager
 def started(tmp: Path, *extra: str):
     found = built()
-    script = Path(found["vllm_python"]).parent / "vllm"
     port, log = free_port(), tmp / "vllm.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
-               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    # as a unit starts it: the console script itself (the kernel runs it through its shebang's python), with the
-    # API server's own count of its requests (the drain's) and a grace for requests in flight at SIGTERM
-    argv = [str(script), "serve", found["vllm_model"], "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
-            "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout", "30", *extra]
+    argv, env = vllm_serve(found["vllm_python"], found["vllm_model"], port, *extra)
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(proc, port, log, found["vllm_version"])
