@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE = "/tmp/bc-bench-sweep"  # in the lab host
 
 
-def lab_config() -> dict[str, Any]:
-    """The lab's sweep, read from its inventory (bc_sweep_*), as the sweep's engine takes it. Read on the controller:
-    this file runs in the lab host too (--inside), whose python3 has no yaml."""
+def lab_config() -> tuple[dict[str, Any], str]:
+    """The lab's sweep, read from its inventory (bc_sweep_*), as the sweep's engine takes it, and its interpreter. Read
+    on the controller: this file runs in the lab host too (--inside), whose python3 has no yaml."""
     import yaml  # noqa: PLC0415 - not at the top: the lab host runs this file too
     lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
     return {"shape": lab["bc_sweep_shape"], "batch_sizes": lab["bc_sweep_batch_sizes"], "backends": lab["bc_sweep_backends"],
-            "routing": lab["bc_sweep_routing"], "iters": lab["bc_sweep_iters"], "device_type": "cpu"}
+            "routing": lab["bc_sweep_routing"], "iters": lab["bc_sweep_iters"], "device_type": "cpu"}, lab["bc_sweep_python"]
 
 
 def inside(python: str, runs: int, cfg: str) -> None:
@@ -42,7 +42,9 @@ def inside(python: str, runs: int, cfg: str) -> None:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.monotonic()
             proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=cfg, capture_output=True,
-                                  text=True, env=env, cwd=STAGE, timeout=1800, check=True)
+                                  text=True, env=env, cwd=STAGE, timeout=1800, check=False)
+            if proc.returncode != 0:
+                raise SystemExit(f"lab_sweep_threads: the sweep failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             print(f"OMP_NUM_THREADS={threads}: wall {time.monotonic() - start:.1f} s, CPU {cpu:.1f} s, "
@@ -53,12 +55,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--container", default="bc-lab-1")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--python", default="/opt/bench-venv/bin/python", help="the sweep interpreter in the lab host")
+    parser.add_argument("--python", help="the sweep interpreter in the lab host (the lab's bc_sweep_python)")
     parser.add_argument("--inside", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         inside(args.python, args.runs, args.inside)
         return
+    cfg, python = lab_config()
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "ansible" / "module_utils"
         pkg.mkdir(parents=True)
@@ -69,8 +72,13 @@ def main() -> None:
         shutil.copy(__file__, Path(tmp) / "bench.py")
         subprocess.run(["podman", "exec", args.container, "rm", "-rf", STAGE], check=True, timeout=60)
         subprocess.run(["podman", "cp", tmp, f"{args.container}:{STAGE}"], check=True, timeout=60)
-    subprocess.run(["podman", "exec", args.container, "python3", f"{STAGE}/bench.py", "--inside", json.dumps(lab_config()),
-                    "--runs", str(args.runs), "--python", args.python], check=True, timeout=7200)
+    try:
+        rc = subprocess.run(["podman", "exec", args.container, "python3", f"{STAGE}/bench.py", "--inside", json.dumps(cfg),
+                             "--runs", str(args.runs), "--python", args.python or python], check=False, timeout=7200).returncode
+    finally:
+        subprocess.run(["podman", "exec", args.container, "rm", "-rf", STAGE], check=False, timeout=60)
+    if rc != 0:
+        raise SystemExit(rc)
 
 
 if __name__ == "__main__":

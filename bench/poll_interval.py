@@ -51,16 +51,16 @@ def main() -> None:
     parser.add_argument("--wait", type=int, default=0, help="instead of a cycle, one task that waits this long (s)")
     args = parser.parse_args()
     cfgs: dict[float, Path] = {}
-    for interval in args.intervals:
-        parsed = configparser.ConfigParser(interpolation=None)
-        parsed.read(ROOT / "ansible.cfg")
-        parsed["defaults"]["internal_poll_interval"] = str(interval)
-        # beside ansible.cfg: its paths resolve relative to the file
-        cfgs[interval] = ROOT / f".bc-bench-poll-{interval}.cfg"
-        with cfgs[interval].open("w") as out:
-            parsed.write(out)
     seen: dict[float, list[tuple[float, float]]] = {i: [] for i in args.intervals}
     try:
+        for interval in args.intervals:
+            parsed = configparser.ConfigParser(interpolation=None)
+            parsed.read(ROOT / "ansible.cfg")
+            parsed["defaults"]["internal_poll_interval"] = str(interval)
+            # beside ansible.cfg: its paths resolve relative to the file
+            cfgs[interval] = ROOT / f".bc-bench-poll-{interval}.cfg"
+            with cfgs[interval].open("w") as out:
+                parsed.write(out)
         for run in range(args.runs):
             for interval in args.intervals:
                 wall, cpu = cycle(cfgs[interval], args.host, args.wait)

@@ -132,7 +132,11 @@ def main() -> None:
     if args.faults_junit:
         if not args.label:
             parser.error("--faults-junit needs --label (how the run was made)")
-        red = sorted({case.get("name", "") for case, _ in red_cases(ET.parse(args.faults_junit).getroot())})
+        try:
+            root = ET.parse(args.faults_junit).getroot()
+        except (OSError, ET.ParseError) as exc:
+            raise SystemExit(f"suite_timings: cannot read {args.faults_junit} ({exc}): give the junit file of a finished run") from None
+        red = sorted({case.get("name", "") for case, _ in red_cases(root)})
         if red:
             raise SystemExit(f"suite_timings: {args.faults_junit} is not a green run: {len(red)} case(s) failed, e.g. {red[0]}")
         times = junit_case_times(args.faults_junit)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,7 +33,15 @@ def group_cpu(pgid: int) -> float:
     return total
 
 
-def start(python: str, model: str, extra: list[str], port: int = 18123, within_s: float = 900) -> tuple[float, float]:
+def free_port() -> int:
+    """A loopback port nothing listens on now (a busy one would time another server)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(python: str, model: str, extra: list[str], within_s: float = 900) -> tuple[float, float]:
+    port = free_port()
     argv, env = vllm_serve(python, model, port, *extra)
     began = time.monotonic()
     with open(os.devnull, "w") as sink:

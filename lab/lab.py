@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The local lab: rootful podman containers running systemd as PID 1, reached over ssh.
 
-    lab/lab.py image          build the lab image unless the one for this recipe exists
-    lab/lab.py up [N]         (re)start N lab hosts and write inventory/lab/hosts.yml
+    lab/lab.py image          build the lab image unless the one for this recipe exists (and the lab's ssh key)
+    lab/lab.py up [N]         (re)start N lab hosts (bc-lab-1..N) and write inventory/lab/hosts.yml; the other lab
+                              containers (the router, bc-lab-vllm) are their owners' and left running
     lab/lab.py down           remove every lab host (and the router)
     lab/lab.py router         (re)start the router double (lab/router_double.py) in its own lab container; print
                               its address on the lab's network (for the hosts' hooks) and on loopback, as JSON
@@ -161,8 +162,11 @@ def lab_names() -> list[str]:
     return [n for n in out.split() if n.startswith(NAME_PREFIX)]
 
 
-def down() -> None:
-    names = lab_names()
+def down(hosts_only: bool = False) -> None:
+    """Remove the lab's containers: all of them, or (`hosts_only`, as `up` does) only the numbered hosts it makes
+    (bc-lab-1..N), so that a lab host another stage owns and runs meanwhile (test_vllm_unit.py's bc-lab-vllm, the
+    fleet's router) is left to its owner."""
+    names = [n for n in lab_names() if not hosts_only or re.fullmatch(re.escape(NAME_PREFIX) + r"[0-9]+", n)]
     if names:
         run(["podman", "rm", "-f", "-t", "2", *names], stdout=subprocess.DEVNULL)
 
@@ -214,7 +218,7 @@ def up(count: int, instance_config: Path | None = None) -> None:
         raise SystemExit("lab: N must be at least 1")
     ref = build_image()
     key = ensure_key()
-    down()
+    down(hosts_only=True)
     started = time.monotonic()
     hosts = {}
     for i in range(1, count + 1):
@@ -357,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     if shutil.which("podman") is None and args.cmd in ("image", "up", "down", "router"):
         raise SystemExit("lab: podman is not installed; run `./tasks setup`")
     if args.cmd == "image":
+        ensure_key()  # the lab's other prerequisite: made here, once, before stages that start hosts side by side
         print(build_image())
     elif args.cmd == "up":
         up(args.count, args.instance_config)

@@ -175,14 +175,17 @@ def llama(lab: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def keyless_double():
+def keyless_double(request: pytest.FixtureRequest):
     """After each test, the SGLang double's API key taken away by hand, as an operator would (the cycle
     itself never restarts a unit that has a key without one, and the lab runs without a key unless a
     test gives one): the unit stopped, its secrets file removed. The llama-server unit is re-provisioned
     by `llama` when its files differ from the lab's. And a sweep still held at the gate (gated_sweep_python) ended:
     a case that failed before its re-run or its switch ended it would leave it for its budget, and the next case on
-    this host would find a sweep running."""
+    this host would find a sweep running. Only after a case on the lab host: a case that is not (the vllm stage, which
+    runs beside the integration stage) must not touch it."""
     yield
+    if "lab" not in request.fixturenames:
+        return
     subprocess.run(["podman", "exec", CONTAINER, "sh", "-c",
                     "pkill -KILL -f '[b]c-gated-python'; f=/etc/benchmark-cycle/sglang-double.secrets.yaml; [ -e $f ] || exit 0; "
                     "systemctl stop sglang-double; rm -f $f"], capture_output=True, timeout=120, check=False)
@@ -203,12 +206,14 @@ def orphaned_controllers(inventory: str = INVENTORY, proc_root: str = "/proc") -
 
 
 @pytest.fixture(autouse=True)
-def no_orphaned_controllers():
-    """After each case, the workers of any controller it killed are ended (they would stay for ever, and the next
-    case's lab host is the same): the product's side of a lost controller is the host's switch; this is the
-    test machine's own cleanup."""
+def no_orphaned_controllers(request: pytest.FixtureRequest):
+    """After each case on the lab host, the workers of any controller it killed are ended (they would stay for ever,
+    and the next case's lab host is the same): the product's side of a lost controller is the host's switch; this is
+    the test machine's own cleanup. A case that is not on the lab host leaves the lab's to the stage that runs there
+    (the vllm stage runs beside the integration stage; its own host cleans up after itself: test_vllm_unit.py)."""
     yield
-    kill_orphaned_controllers()
+    if "lab" in request.fixturenames:
+        kill_orphaned_controllers()
 
 
 def kill_orphaned_controllers(inventory: str = INVENTORY) -> None:
