@@ -39,6 +39,14 @@ if os.environ.get("BC_LAB_INVENTORY"):
     CONTAINER = _vars["lab_container"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C (SIGINT) ends a run with its fixtures' teardown (servers stopped, lab hosts removed), also where the run
+    was started with SIGINT ignored (a background job of a non-interactive shell: ./tasks test's side stage, which
+    `end_side_stage` interrupts when the stage beside it failed)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @dataclass
 class Run:
     rc: int

@@ -31,7 +31,7 @@ def in_host(cmd: str, check: bool = True) -> str:
 
 
 class VllmHost:
-    def __init__(self, inventory: Path, found: dict[str, str]) -> None:
+    def __init__(self, inventory: Path, found: dict[str, str], results: Path) -> None:
         self.inventory, self.found = inventory, found
         # the lab's settings (inventory/lab/group_vars), with the engine and its server made vLLM's
         self.vars = {
@@ -47,6 +47,8 @@ class VllmHost:
             "bc_readiness_timeout_s": 900, "bc_readiness_delay_s": 2,
             # the sweep is not what these cases test: its smallest walk
             "bc_sweep_batch_sizes": [1, 8], "bc_sweep_routing": [{"kind": "uniform"}], "bc_sweep_iters": 3,
+            # its own results: the integration stage runs beside this one and reads the repo's results/ (history.jsonl)
+            "bc_results_dir": str(results),
         }
 
     def cycle(self) -> Run:
@@ -94,7 +96,7 @@ def vllm_host(tmp_path_factory: pytest.TempPathFactory):
         hostvars = lablib.start_host(NAME, HOST, SSH_PORT, HTTP_PORT, lablib.build_image(), key, read_only=mounts)
         lablib.wait_ssh(SSH_PORT, key)
         one_host_inventory(inventory, HOST, hostvars, str(key))
-        yield VllmHost(inventory, found)
+        yield VllmHost(inventory, found, tmp_path_factory.mktemp("vllm-results"))
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "2", NAME], capture_output=True, timeout=120, check=False)
         kill_orphaned_controllers(str(inventory))  # a cycle killed by its timeout leaves its workers
