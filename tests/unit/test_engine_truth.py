@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,13 @@ from pathlib import Path
 import pytest
 from test_modules_adhoc import adhoc
 
+from lab import free_port  # lab/lab.py (tests/conftest.py puts lab/ on the path)
+
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests/doubles"
 CT200 = ["--model-path", "/root/models/Kimi-K2.6", "--served-model-name", "kimi-k2.6", "--tp-size", "8", "--host", "127.0.0.1",
          "--context-length", "262144", "--mem-fraction-static", "0.88", "--enable-metrics", "--trust-remote-code",
          "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--watchdog-timeout", "900"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(*args: str, version: str = "0.5.10", **env: str) -> tuple[subprocess.Popen, str]:

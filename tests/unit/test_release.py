@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,17 +20,13 @@ from ansible.module_utils.bc_release import Release, ReleaseError, json_values, 
 from ansible.module_utils.bc_strategy import choose
 from test_modules_adhoc import adhoc
 
+from lab import free_port  # lab/lab.py (tests/conftest.py puts lab/ on the path)
+
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests/doubles/sglang/launch_server.py"
 SMI = ROOT / "tests/doubles/nvidia_smi.py"
 PROF, _ = resolve("sglang", "0.5.16")
 GPU = "81559,60000,18000"  # total, weights, KV cache (MiB)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
