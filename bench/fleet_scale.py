@@ -45,6 +45,10 @@ from ansible.utils.helpers import pct_to_int
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FLEET = ROOT / ".lab" / "fleet"
+sys.path.insert(0, str(ROOT / "lab"))
+from lab import LABS  # noqa: E402  (lab/lab.py: the fleet's hosts, names and ports)
+
+FLEET_LAB = LABS["fleet"]
 # the SGLang double as the lab's engine cases run it (tests/doubles/sglang-unit.yml, tests/integration/conftest.py DOUBLE);
 # the sweep cut to two points: the fleet measures the roll, the kernel sweep has its own benchmarks
 DOUBLE = yaml.safe_load((ROOT / "tests/doubles/sglang-unit.yml").read_text())
@@ -78,16 +82,18 @@ def hosts_of(inventory: Path) -> dict[str, dict[str, Any]]:
 def prepare(count: int) -> tuple[Path, dict[str, Any]]:
     """N lab hosts, the router, the double on each host, and the fleet's inventory (each host's hooks name it)."""
     lab = [sys.executable, str(ROOT / "lab/lab.py")]
-    subprocess.run([*lab, "up", str(count)], check=True, cwd=ROOT, timeout=1800)
+    # the fleet's own hosts (bc-fleet-*, their own ports and inventory): the stage runs beside the molecule scenarios,
+    # whose hosts are bc-lab-*
+    subprocess.run([*lab, "up", str(count), "--lab", "fleet"], check=True, cwd=ROOT, timeout=1800)
     router = json.loads(subprocess.run([*lab, "router"], check=True, cwd=ROOT, capture_output=True, text=True,
                                        timeout=300).stdout.strip().splitlines()[-1])
-    lab_inv = yaml.safe_load((ROOT / "inventory/lab/hosts.yml").read_text())["all"]
+    lab_inv = yaml.safe_load(FLEET_LAB.inventory.read_text())["all"]
     hosts = lab_inv["children"]["inference"]["hosts"]
     for hv in hosts.values():
         sh(hv["lab_container"], "mkdir -p /opt/sglang-double")
         subprocess.run(["podman", "cp", str(ROOT / "tests/doubles/sglang"), f"{hv['lab_container']}:/opt/sglang-double/sglang"],
                        check=True, timeout=120)
-        hv.update(hooks(router["url"], hv["lab_container"].removeprefix("bc-lab-")))
+        hv.update(hooks(router["url"], hv["lab_container"].removeprefix(FLEET_LAB.prefix)))
     shutil.rmtree(FLEET, ignore_errors=True)
     (FLEET / "group_vars").mkdir(parents=True)
     (FLEET / "group_vars" / "all.yml").symlink_to(ROOT / "inventory/lab/group_vars/all.yml")

@@ -3,9 +3,11 @@
 
     lab/lab.py image          build the lab image unless the one for this recipe exists (and the lab's ssh key)
     lab/lab.py up [N]         (re)start N lab hosts (bc-lab-1..N) and write inventory/lab/hosts.yml; the other lab
-                              containers (the router, bc-lab-vllm) are their owners' and left running
-    lab/lab.py down           remove every lab host (and the router)
-    lab/lab.py router         (re)start the router double (lab/router_double.py) in its own lab container; print
+                              containers (bc-lab-vllm) are their owners' and left running
+    lab/lab.py up N --lab fleet   the same for the fleet at scale's own hosts (bc-fleet-1..N, their own loopback
+                              ports, .lab/fleet-hosts.yml): a stage that runs beside the one on bc-lab-*
+    lab/lab.py down [--lab L | --all]   remove the lab's containers (bc-lab-*), fleet's (bc-fleet-*), or both
+    lab/lab.py router         (re)start the fleet's router double (lab/router_double.py) in its own container; print
                               its address on the lab's network (for the hosts' hooks) and on loopback, as JSON
     lab/lab.py artifacts      build (once) llama-server and the tiny model; print their paths as JSON
                               (--shell: as BC_LLAMA_SERVER=... BC_LAB_MODEL=... for eval)
@@ -31,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +44,23 @@ NAME_PREFIX = "bc-lab-"
 SSH_PORT_BASE = 22200
 HTTP_PORT_BASE = 28080
 SERVICE_PORT = 8080
-ROUTER = NAME_PREFIX + "router"
+
+
+@dataclass(frozen=True)
+class Lab:
+    """The containers one stage owns: their names (prefix + 1..N for the hosts), their loopback ports (base + offset
+    + i) and the inventory `up` writes. Two stages run side by side on two labs and never touch each other's."""
+    prefix: str
+    port_offset: int
+    inventory: Path
+
+
+# a lab's hosts take ports base + offset + 1..MAX_HOSTS; base + 90 is test_vllm_unit.py's host
+MAX_HOSTS = 89
+LABS = {"lab": Lab(NAME_PREFIX, 0, ROOT / "inventory" / "lab" / "hosts.yml"),
+        # the fleet at scale (bench/fleet_scale.py): ports 22301.., 28181..
+        "fleet": Lab("bc-fleet-", 100, STATE / "fleet-hosts.yml")}
+ROUTER = LABS["fleet"].prefix + "router"
 ROUTER_PORT = 9000
 ROUTER_LOOPBACK_PORT = 28000
 TORCH_REQUIREMENT = os.environ.get("BC_LAB_TORCH", "torch==2.13.0")
@@ -154,19 +173,24 @@ def ensure_key() -> Path:
     return key
 
 
-def lab_names() -> list[str]:
+def lab_names(lab: Lab) -> list[str]:
     out = subprocess.run(
-        ["podman", "ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{NAME_PREFIX}"],
-        check=True, text=True, capture_output=True,
+        ["podman", "ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{lab.prefix}"],
+        check=True, text=True, capture_output=True, timeout=120,
     ).stdout
-    return [n for n in out.split() if n.startswith(NAME_PREFIX)]
+    return [n for n in out.split() if n.startswith(lab.prefix)]
 
 
-def down(hosts_only: bool = False) -> None:
-    """Remove the lab's containers: all of them, or (`hosts_only`, as `up` does) only the numbered hosts it makes
+def owned(names: list[str], lab: Lab, hosts_only: bool = False) -> list[str]:
+    """The containers among `names` that `lab` owns: all with its prefix, or (`hosts_only`) its numbered hosts."""
+    return [n for n in names if n.startswith(lab.prefix) and (not hosts_only or re.fullmatch(re.escape(lab.prefix) + r"[0-9]+", n))]
+
+
+def down(lab: Lab = LABS["lab"], hosts_only: bool = False) -> None:
+    """Remove a lab's containers: all of them, or (`hosts_only`, as `up` does) only the numbered hosts it makes
     (bc-lab-1..N), so that a lab host another stage owns and runs meanwhile (test_vllm_unit.py's bc-lab-vllm, the
-    fleet's router) is left to its owner."""
-    names = [n for n in lab_names() if not hosts_only or re.fullmatch(re.escape(NAME_PREFIX) + r"[0-9]+", n)]
+    fleet's router) is left to its owner. Another lab's containers are never touched."""
+    names = owned(lab_names(lab), lab, hosts_only)
     if names:
         run(["podman", "rm", "-f", "-t", "2", *names], stdout=subprocess.DEVNULL)
 
@@ -213,19 +237,20 @@ def start_host(name: str, hostname: str, ssh_port: int, http_port: int, ref: str
     return {"ansible_host": "127.0.0.1", "ansible_port": ssh_port, "lab_container": name, "lab_http_port": http_port}
 
 
-def up(count: int, instance_config: Path | None = None) -> None:
-    if count < 1:
-        raise SystemExit("lab: N must be at least 1")
+def up(count: int, instance_config: Path | None = None, lab: Lab = LABS["lab"]) -> None:
+    if not 1 <= count <= MAX_HOSTS:
+        raise SystemExit(f"lab: N must be from 1 to {MAX_HOSTS}")
     ref = build_image()
     key = ensure_key()
-    down(hosts_only=True)
+    down(lab, hosts_only=True)
     started = time.monotonic()
     hosts = {}
+    ssh_base, http_base = SSH_PORT_BASE + lab.port_offset, HTTP_PORT_BASE + lab.port_offset
     for i in range(1, count + 1):
-        hosts[f"lab{i}"] = start_host(f"{NAME_PREFIX}{i}", f"lab{i}", SSH_PORT_BASE + i, HTTP_PORT_BASE + i, ref, key)
+        hosts[f"lab{i}"] = start_host(f"{lab.prefix}{i}", f"lab{i}", ssh_base + i, http_base + i, ref, key)
     for i in range(1, count + 1):
-        wait_ssh(SSH_PORT_BASE + i, key)
-    write_inventory(hosts, key)
+        wait_ssh(ssh_base + i, key)
+    write_inventory(hosts, key, lab.inventory)
     if instance_config:  # molecule's delegated driver reads how to reach each instance from here
         instance_config.write_text(json.dumps([
             {"instance": name, "address": hv["ansible_host"], "port": hv["ansible_port"], "user": "root", "identity_file": str(key)}
@@ -233,14 +258,14 @@ def up(count: int, instance_config: Path | None = None) -> None:
     print(f"lab: {count} host(s) up in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
-def write_inventory(hosts: dict[str, dict[str, object]], key: Path) -> None:
+def write_inventory(hosts: dict[str, dict[str, object]], key: Path, path: Path) -> None:
     lines = ["# Generated by lab/lab.py up; do not edit. The lab hosts are podman containers on loopback.",
              "all:", "  children:", "    inference:", "      hosts:"]
     for name, hv in hosts.items():
         lines.append(f"        {name}:")
         lines += [f"          {k}: {json.dumps(v)}" for k, v in hv.items()]
     lines += ["  vars:", f"    ansible_ssh_private_key_file: {json.dumps(str(key))}"]
-    (ROOT / "inventory" / "lab" / "hosts.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def router() -> dict[str, object]:
@@ -359,7 +384,11 @@ def main(argv: list[str] | None = None) -> None:
     p_up = sub.add_parser("up")
     p_up.add_argument("count", nargs="?", type=int, default=int(os.environ.get("BC_LAB_HOSTS", "1")))
     p_up.add_argument("--instance-config", type=Path, help="also write molecule's instance config (YAML) here")
-    sub.add_parser("down")
+    p_up.add_argument("--lab", choices=sorted(LABS), default="lab", help="whose hosts (their names, ports and inventory)")
+    p_down = sub.add_parser("down")
+    which = p_down.add_mutually_exclusive_group()
+    which.add_argument("--lab", choices=sorted(LABS), default="lab")
+    which.add_argument("--all", action="store_true", help="every lab's containers")
     sub.add_parser("router")
     sub.add_parser("mirror")
     sub.add_parser("artifacts").add_argument("--shell", action="store_true")
@@ -371,9 +400,10 @@ def main(argv: list[str] | None = None) -> None:
         ensure_key()  # the lab's other prerequisite: made here, once, before stages that start hosts side by side
         print(build_image())
     elif args.cmd == "up":
-        up(args.count, args.instance_config)
+        up(args.count, args.instance_config, LABS[args.lab])
     elif args.cmd == "down":
-        down()
+        for name in sorted(LABS) if args.all else [args.lab]:
+            down(LABS[name])
     elif args.cmd == "router":
         STATE.mkdir(mode=0o700, exist_ok=True)
         print(json.dumps(router()))

@@ -5,6 +5,7 @@ scenarios run these tests as their verify step)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -410,11 +411,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     doc = Path(os.environ.get("BC_RELIABILITY_DOC", ROOT / "results" / "reliability.md"))
     data = doc.with_suffix(".json")
-    kept = json.loads(data.read_text()) if data.exists() else []
-    rows = merge(kept, ROWS, RAN, ROOT / "tests" / "integration")
     doc.parent.mkdir(parents=True, exist_ok=True)
-    data.write_text(json.dumps(rows, indent=1) + "\n")
-    doc.write_text(render(rows, complete=exitstatus == 0))
+    # two sessions may end at once (./tasks test runs the fleet stage beside the molecule scenarios): each one's rows are
+    # merged into what the other wrote, under a lock on the data file, never over it
+    with open(data, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        text = fh.read()
+        rows = merge(json.loads(text) if text.strip() else [], ROWS, RAN, ROOT / "tests" / "integration")
+        data.write_text(json.dumps(rows, indent=1) + "\n")
+        doc.write_text(render(rows, complete=exitstatus == 0))
 
 
 # the SGLang double as a unit under the lab's systemd (one file, shared with bench/fleet_scale.py)

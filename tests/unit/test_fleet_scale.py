@@ -140,3 +140,23 @@ def test_the_probe_cost_is_the_gap_between_attempts_less_the_delay(tmp_path):
     # gaps 1.3, 1.3 (lab1) and 1.4 (lab2), less the 1 s delay: the median 0.3
     assert fleet_scale.probe_cost_s(fleet_scale.events_of(log), 1.0) == pytest.approx(0.3)
     assert fleet_scale.probe_cost_s(fleet_scale.events_of(tmp_path / "none.jsonl"), 1.0) is None
+
+
+def test_the_fleet_and_the_molecule_labs_never_touch_each_others_containers_or_ports():
+    """The fleet stage runs beside the molecule scenarios (./tasks test): each lab removes only its own containers, and
+    no two lab hosts (any count up to MAX_HOSTS, and test_vllm_unit.py's host at base + 90) share a loopback port."""
+    import lab
+
+    names = ["bc-lab-1", "bc-lab-12", "bc-lab-vllm", "bc-fleet-1", "bc-fleet-9", "bc-fleet-router", "bc-labx", "other-1"]
+    assert lab.owned(names, lab.LABS["lab"]) == ["bc-lab-1", "bc-lab-12", "bc-lab-vllm"]
+    assert lab.owned(names, lab.LABS["lab"], hosts_only=True) == ["bc-lab-1", "bc-lab-12"]
+    assert lab.owned(names, lab.LABS["fleet"]) == ["bc-fleet-1", "bc-fleet-9", "bc-fleet-router"]
+    assert lab.owned(names, lab.LABS["fleet"], hosts_only=True) == ["bc-fleet-1", "bc-fleet-9"]
+    assert lab.ROUTER in lab.owned([lab.ROUTER], lab.LABS["fleet"])  # the router is the fleet's, removed with it
+    ports = [base + one.port_offset + i for one in lab.LABS.values() for i in range(1, lab.MAX_HOSTS + 1)
+             for base in (lab.SSH_PORT_BASE, lab.HTTP_PORT_BASE)]
+    ports += [lab.SSH_PORT_BASE + 90, lab.HTTP_PORT_BASE + 90, lab.ROUTER_LOOPBACK_PORT]
+    assert len(ports) == len(set(ports))
+    assert len({one.inventory for one in lab.LABS.values()}) == len(lab.LABS)
+    with pytest.raises(SystemExit, match="from 1 to"):
+        lab.up(lab.MAX_HOSTS + 1, lab=lab.LABS["fleet"])
