@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,25 +315,55 @@ def wait_for(what: str, check: Any, within_s: float) -> None:
     assert check(), f"{what} did not happen within {within_s:.0f} s"
 
 
-def wait_in_host(condition: str, within_s: float, container: str = CONTAINER) -> None:
-    """Until the shell `condition` holds on the lab host, checked there every 0.1 s (one `podman exec`: from the
-    controller each look costs seconds on a loaded machine, and a short-lived state slips between two looks)."""
-    proc = subprocess.run(["podman", "exec", container, "timeout", str(int(within_s)), "sh", "-c",
-                           f"until {condition}; do sleep 0.1; done"], capture_output=True, text=True,
-                          timeout=within_s + 60, check=False)
-    assert proc.returncode == 0, f"{condition!r} did not hold on {container} within {within_s:.0f} s"
+def wait_in_host(condition: str, within_s: float, container: str = CONTAINER, stop: Callable[[], bool] | None = None,
+                 what: str = "") -> None:
+    """Until the shell `condition` holds on the lab host, checked there every 0.1 s, in one `podman exec` (from the
+    controller each look is a podman exec, about 60 ms of CPU: a look every 0.3 s through a switch's minutes-long window
+    cost a fifth of a core per waiting case; and a short-lived state slips between two looks). With `stop` (the
+    playbook's end, say), the wait is looks of 10 s at most, and `stop()` between them ends it early: the caller then
+    says what ended first. Fails naming `what` (or the condition) if it did not hold within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        look = deadline - time.monotonic() if stop is None else min(10.0, deadline - time.monotonic())
+        proc = subprocess.run(["podman", "exec", container, "timeout", str(max(1, math.ceil(look))), "sh", "-c",
+                               f"until {condition}; do sleep 0.1; done"], capture_output=True, text=True,
+                              timeout=look + 60, check=False)
+        if proc.returncode == 0 or (stop is not None and stop()):
+            return
+        if proc.returncode != 124:  # not the look's end: podman, timeout or the shell failed (said at once, never retried)
+            raise AssertionError(f"waiting for {what or repr(condition)} on {container} failed (rc {proc.returncode}): "
+                                 f"{proc.stderr.strip()[-1000:]}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what or repr(condition)} did not happen on {container} within {within_s:.0f} s")
 
 
-def sweeping(container: str = CONTAINER) -> bool:
-    return "ansible.module_utils.bc_marlin" in sh("pgrep -af [b]c_marlin || true", container=container)
+# a cycle's sweep process on the lab host (the real one, or the gate that holds it: both run `-m ...bc_marlin`); the
+# brackets keep the pattern from matching the shell that looks for it
+SWEEP_RUNNING = "pgrep -f 'ansible[.]module_utils[.]bc_marlin' >/dev/null"
 
 
 def wait_for_sweep(proc: subprocess.Popen | None = None, within_s: float = 900, container: str = CONTAINER) -> None:
     """Until a cycle's sweep runs on the lab host: a loaded machine (3 workers on 2 cores) takes minutes to get from
     a playbook's start to its sweep, so a case that acts "mid-sweep" waits for it, and fails if it never came or
     the playbook (`proc`) ended first - never acts early by a timer."""
-    wait_for("the sweep", lambda: sweeping(container) or (proc is not None and proc.poll() is not None), within_s)
-    assert proc is None or proc.poll() is None, f"the playbook ended (rc {proc and proc.returncode}) before its sweep ran"
+    def gone() -> bool:
+        return proc is not None and proc.poll() is not None
+    wait_in_host(SWEEP_RUNNING, within_s, container, stop=gone, what="the sweep")
+    assert not gone(), f"the playbook ended (rc {proc and proc.returncode}) before its sweep ran"
+
+
+def wait_serving(within_s: float, api_key: str = "", container: str = CONTAINER, what: str = "the service's return") -> str:
+    """Until the service is what serving() calls serving (llama-lab active, answering 2+2= with 4), looked at on the
+    host every 0.1 s; then serving()'s own reading, returned (a look that passed on the host is read again here)."""
+    auth = ""
+    if api_key:
+        subprocess.run(["podman", "exec", "-i", container, "sh", "-c", "umask 077; cat > /run/bc-test-auth"],
+                       input=f"Authorization: Bearer {api_key}\n", text=True, check=True, timeout=60)
+        auth = "-H @/run/bc-test-auth "
+    wait_in_host("systemctl is-active -q llama-lab && curl -s -m 5 " + auth + "-H 'Content-Type: application/json' "
+                 "-d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' http://127.0.0.1:8080/v1/completions "
+                 "| grep -q '\"text\": *\"4\"'", within_s, container, what=what)
+    return serving(container=container, api_key=api_key)
 
 
 def stop_now(unit: str) -> None:
@@ -434,6 +466,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if WORKERS > 1:
         from schedule import load_times, longest_first
 
-        order = longest_first([test_id(item) for item in items], load_times())
+        groups = {i: "_".join(str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks)
+                  for i, item in enumerate(items) if (marks := list(item.iter_markers("xdist_group")))}
+        order = longest_first([test_id(item) for item in items], load_times(), groups)
         items[:] = [items[i] for i in order]
     items.sort(key=lambda item: Path(str(item.fspath)).name == "test_fleet.py")

@@ -25,8 +25,17 @@ def load_times(path: Path = TIMES) -> dict[str, float]:
     return {k: float(v) for k, v in data.get("cases", {}).items() if isinstance(v, (int, float)) and v >= 0}
 
 
-def longest_first(keys: list[str], times: dict[str, float]) -> list[int]:
+def longest_first(keys: list[str], times: dict[str, float], groups: dict[int, str] | None = None) -> list[int]:
     """The indices of `keys` in start order: by recorded time, longest first, a case with none at the median; ties
-    keep their collection order (the sort is stable), so every worker computes the same order from the same file."""
+    keep their collection order (the sort is stable), so every worker computes the same order from the same file.
+    The cases of one group (`groups`: index -> an xdist_group's name; loadgroup runs a group on one worker, one case
+    after the other) stay together in their collection order (a case may reuse what the one before it left), and the
+    group starts by the sum of its cases' times."""
     unknown = statistics.median(times.values()) if times else 0.0
-    return sorted(range(len(keys)), key=lambda i: -times.get(keys[i], unknown))
+    groups = groups or {}
+    members: dict[str, list[int]] = {}
+    for i in sorted(groups):
+        members.setdefault(groups[i], []).append(i)
+    units = [members[groups[i]] if i in groups else [i] for i in range(len(keys)) if i not in groups or members[groups[i]][0] == i]
+    units.sort(key=lambda unit: -sum(times.get(keys[i], unknown) for i in unit))
+    return [i for unit in units for i in unit]

@@ -21,7 +21,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
-from conftest import HOST, INVENTORY, ROOT, gated_sweep_python, serving, sh, sweeping, wait_for
+from conftest import HOST, INVENTORY, ROOT, SWEEP_RUNNING, gated_sweep_python, serving, sh, wait_in_host, wait_serving
 
 SECRET = "sk-ee-secret-7d1f"
 
@@ -126,7 +126,7 @@ def test_an_execution_environment_killed_mid_sweep_is_covered_by_the_hosts_dead_
     thread, runner = ansible_runner.run_async(**run_kwargs(pdd, ee_image, results, "ee-kill"))
     try:
         # the sweep, or the job's end first (a cycle refused before its sweep): never a wait that outlives the job
-        wait_for("the sweep", lambda: sweeping() or not thread.is_alive(), 600)
+        wait_in_host(SWEEP_RUNNING, 600, stop=lambda: not thread.is_alive(), what="the sweep")
         assert thread.is_alive(), "the job ended (%s) before its sweep ran: %s" % (
             runner.status, (Path(runner.config.artifact_dir) / "stdout").read_text(errors="replace")[-3000:])
         names = subprocess.run(["podman", "ps", "--filter", f"ancestor={ee_image}", "--format", "{{.Names}}"],
@@ -141,8 +141,7 @@ def test_an_execution_environment_killed_mid_sweep_is_covered_by_the_hosts_dead_
         grace = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_switch_grace_s"]
         # a hang guard sized for a loaded machine (the longest promise, the grace, the server's start, minutes to spare),
         # not a timing claim
-        wait_for("the service back by the switch", lambda: serving(api_key=SECRET) == "active, answers 2+2=4",
-                 sweep_budget + 60 + grace + 300)
+        wait_serving(sweep_budget + 60 + grace + 300, api_key=SECRET, what="the service back by the switch")
         back_s = time.monotonic() - killed_at
         journal = sh(f"journalctl --no-pager --since @{since} -u bc-deadman-llama-lab.service -o cat || true")
         assert "the heartbeat of the controller stopped" in journal, journal

@@ -20,6 +20,7 @@ from conftest import (
     DOUBLE,
     HOST,
     ROOT,
+    SWEEP_RUNNING,
     env,
     gated_sweep_python,
     in_flight_at_deadline,
@@ -30,8 +31,6 @@ from conftest import (
     serving,
     sh,
     stop_now,
-    sweeping,
-    wait_for,
     wait_for_sweep,
     wait_in_host,
 )
@@ -114,10 +113,10 @@ def test_sweep_killed_by_sigkill_keeps_the_finished_points(llama, reliability, t
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars={"bc_sweep_iters": 300}), cwd=ROOT,
                             env=env(BC_CYCLE_EVENT_LOG=str(log)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    def one_point() -> bool:  # kill it once it has finished at least one point (minutes on a loaded machine)
-        return bool(sh("find /var/lib/benchmark-cycle/results -name '*-tp1-torch.json' -newer /tmp/bc-kill-mark | "
-                       "xargs -r grep -l '\"m\": 1,' || true").strip() and sweeping()) or proc.poll() is not None
-    wait_for("the sweep's first point", one_point, 900)
+    # kill it once it has finished at least one point (minutes on a loaded machine), or the playbook ended first
+    wait_in_host("find /var/lib/benchmark-cycle/results -name '*-tp1-torch.json' -newer /tmp/bc-kill-mark | "
+                 f"xargs -r grep -l '\"m\": 1,' | grep -q . && {SWEEP_RUNNING}", 900, stop=lambda: proc.poll() is not None,
+                 what="the sweep's first point")
     assert proc.poll() is None, proc.communicate()[0][-3000:]
     sh("pkill -KILL -f '[b]c_marlin'")
     killed = time.time()

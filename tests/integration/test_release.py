@@ -189,9 +189,7 @@ def test_readiness_waits_for_a_restart_whose_stop_is_held_by_a_paused_front_end(
        "http://127.0.0.1:30001/pause_generation")
     request_in_flight("/tmp/paused.json", max_s=120)
     sh(f"systemctl restart --no-block {UNIT}")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sh(f"systemctl show -p ActiveState --value {UNIT}").strip() != "deactivating":
-        time.sleep(0.2)
+    wait_in_host(f'[ "$(systemctl show -p ActiveState --value {UNIT})" = deactivating ]', 60)
     probe = probe_unit()
     assert probe["unit_state"]["ActiveState"] == "deactivating" and probe["unit_state"]["JobType"] == "restart", probe
     assert not probe.get("failed") and probe["phase"] == "restarting" and not probe["ready"], probe

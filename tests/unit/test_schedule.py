@@ -23,6 +23,21 @@ def test_longest_first_with_new_cases_at_the_median_and_ties_in_collection_order
                                                             "b.py::tie2", "a.py::short"]
 
 
+def test_a_group_stays_together_in_collection_order_and_starts_by_its_total():
+    keys = ["e.py::warm", "a.py::long", "e.py::hung", "b.py::mid", "e.py::stop", "c.py::short"]
+    times = {"e.py::warm": 40.0, "a.py::long": 200.0, "e.py::hung": 100.0, "b.py::mid": 150.0, "e.py::stop": 90.0,
+             "c.py::short": 10.0}
+    groups = {0: "engines", 2: "engines", 4: "engines"}
+    # the group's 230 s comes before the 200 s case; inside it, the file's order (each case reuses the one before)
+    assert [keys[i] for i in longest_first(keys, times, groups)] == ["e.py::warm", "e.py::hung", "e.py::stop", "a.py::long",
+                                                                    "b.py::mid", "c.py::short"]
+    # two groups, each kept whole; with no group the plain order
+    two = {0: "g1", 1: "g2", 2: "g1", 3: "g2"}
+    assert [keys[i] for i in longest_first(keys, times, two)] == ["a.py::long", "b.py::mid", "e.py::warm", "e.py::hung",
+                                                                 "e.py::stop", "c.py::short"]  # 350 s, 140 s, 90 s, 10 s
+    assert longest_first(keys, times, {}) == longest_first(keys, times)
+
+
 def test_no_times_keeps_the_collection_order():
     keys = ["x.py::one", "x.py::two", "y.py::three"]
     assert longest_first(keys, {}) == [0, 1, 2]
