@@ -178,7 +178,7 @@ def lab_names(lab: Lab) -> list[str]:
         ["podman", "ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{lab.prefix}"],
         check=True, text=True, capture_output=True, timeout=120,
     ).stdout
-    return [n for n in out.split() if n.startswith(lab.prefix)]
+    return out.split()  # podman's name filter is a regular expression: owned() keeps the lab's own
 
 
 def owned(names: list[str], lab: Lab, hosts_only: bool = False) -> list[str]:

@@ -288,17 +288,22 @@ def remove_gpu_double() -> None:
     sh("rm -f /usr/local/bin/nvidia-smi; rm -rf /etc/bc-double /run/bc-double")
 
 
-def serving(port: int = 8080, container: str = CONTAINER, api_key: str = "") -> str:
-    """What the service does now, measured: the unit's state and the answer to 2+2= (asked with `api_key`, if given:
-    handed to curl as a 0600 header file written through stdin, never on a command line)."""
-    state = sh("systemctl is-active llama-lab", check=False, container=container).strip()
+def ask_2_plus_2(port: int, container: str, api_key: str) -> str:
+    """The curl command that asks the server 2+2= on the host (with `api_key`, if given: handed to curl as a 0600 header
+    file written through stdin, never on a command line)."""
     auth = ""
     if api_key:
         subprocess.run(["podman", "exec", "-i", container, "sh", "-c", "umask 077; cat > /run/bc-test-auth"],
                        input=f"Authorization: Bearer {api_key}\n", text=True, check=True, timeout=60)
         auth = "-H @/run/bc-test-auth "
-    body = sh("curl -s -m 5 " + auth + "-H 'Content-Type: application/json' -d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' "
-              f"http://127.0.0.1:{port}/v1/completions", check=False, container=container)
+    return ("curl -s -m 5 " + auth + "-H 'Content-Type: application/json' -d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' "
+            f"http://127.0.0.1:{port}/v1/completions")
+
+
+def serving(port: int = 8080, container: str = CONTAINER, api_key: str = "") -> str:
+    """What the service does now, measured: the unit's state and the answer to 2+2= (ask_2_plus_2)."""
+    state = sh("systemctl is-active llama-lab", check=False, container=container).strip()
+    body = sh(ask_2_plus_2(port, container, api_key), check=False, container=container)
     try:
         answer = json.loads(body)["choices"][0]["text"]
     except (ValueError, KeyError, IndexError):
@@ -354,16 +359,12 @@ def wait_for_sweep(proc: subprocess.Popen | None = None, within_s: float = 900, 
 
 def wait_serving(within_s: float, api_key: str = "", container: str = CONTAINER, what: str = "the service's return") -> str:
     """Until the service is what serving() calls serving (llama-lab active, answering 2+2= with 4), looked at on the
-    host every 0.1 s; then serving()'s own reading, returned (a look that passed on the host is read again here)."""
-    auth = ""
-    if api_key:
-        subprocess.run(["podman", "exec", "-i", container, "sh", "-c", "umask 077; cat > /run/bc-test-auth"],
-                       input=f"Authorization: Bearer {api_key}\n", text=True, check=True, timeout=60)
-        auth = "-H @/run/bc-test-auth "
-    wait_in_host("systemctl is-active -q llama-lab && curl -s -m 5 " + auth + "-H 'Content-Type: application/json' "
-                 "-d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' http://127.0.0.1:8080/v1/completions "
-                 "| grep -q '\"text\": *\"4\"'", within_s, container, what=what)
-    return serving(container=container, api_key=api_key)
+    host every 0.1 s; then serving()'s own reading, which must say so (a look that passed on the host is read again)."""
+    wait_in_host(f"systemctl is-active -q llama-lab && {ask_2_plus_2(8080, container, api_key)} | grep -q '\"text\": *\"4\"'",
+                 within_s, container, what=what)
+    after = serving(container=container, api_key=api_key)
+    assert after == "active, answers 2+2=4", f"{what}: the host saw it, then serving() read {after!r}"
+    return after
 
 
 def stop_now(unit: str) -> None:

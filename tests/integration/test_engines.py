@@ -8,7 +8,7 @@ import time
 
 import pytest
 import yaml
-from conftest import DOUBLE, ROOT, in_flight_at_deadline, playbook, sh, stop_now
+from conftest import DOUBLE, ROOT, Run, in_flight_at_deadline, playbook, sh, stop_now
 
 
 def ct200_settings() -> dict:
@@ -42,17 +42,23 @@ def serving_from_site_settings() -> bool:
     return state == ["active", "active", "no", "inactive", "0", "200"]
 
 
+def cycle_from_site_settings(**changes: object) -> Run:
+    """A green cycle from the real site's settings (with `changes`); without changes, what it left is recorded for the
+    next case to reuse (a cycle that fails leaves nothing recorded)."""
+    CT200.clear()
+    run = playbook("benchmark_cycle.yml", extra_vars=dict(ct200_settings(), **changes))
+    assert run.rc == 0, run.out[-3000:]
+    if not changes:
+        CT200["files"] = double_files()
+    return run
+
+
 def serving_ct200_double(**changes: object) -> dict:
     """The double installed and serving from the real site's settings; returns those settings (with `changes`). A
     double already serving them (serving_from_site_settings) is used as it is: its install is the cycle that left it."""
-    extra = dict(ct200_settings(), **changes)
     if changes or not serving_from_site_settings():
-        CT200.clear()  # a warm-up that fails leaves nothing to reuse
-        run = playbook("benchmark_cycle.yml", extra_vars=extra)
-        assert run.rc == 0, run.out[-3000:]
-        if not changes:
-            CT200["files"] = double_files()
-    return extra
+        cycle_from_site_settings(**changes)
+    return dict(ct200_settings(), **changes)
 
 
 def double_pid() -> str:
@@ -60,10 +66,7 @@ def double_pid() -> str:
 
 
 def test_the_real_sites_command_line_starts_under_systemd_and_serves(lab, reliability):
-    extra = ct200_settings()
-    run = playbook("benchmark_cycle.yml", extra_vars=extra)
-    assert run.rc == 0, run.out[-3000:]
-    CT200["files"] = double_files()
+    run = cycle_from_site_settings()
     unit = sh("cat /etc/systemd/system/sglang-double.service")
     assert "--tool-call-parser kimi_k2 --reasoning-parser kimi_k2" in unit and "--tp-size 8" in unit
     assert sh("systemctl is-active sglang-double").strip() == "active"
