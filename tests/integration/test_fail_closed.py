@@ -119,6 +119,32 @@ def test_a_target_that_matches_no_host_fails_the_job(llama, reliability):
                 service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds + limited.seconds)
 
 
+# a systemctl that hangs on the one question the preflight asks it first (a wedged systemd or D-Bus); every other call
+# goes to the real one: the cycle's read is killed on the host at bc_command_timeout_s, not left to the task's bound
+HUNG_SYSTEMCTL = """#!/bin/sh
+[ "$1 $2 $3 $4" = "show -p MainPID --value" ] && exec sleep infinity
+exec /usr/bin/systemctl "$@"
+"""
+
+
+def test_a_command_that_hangs_on_the_host_fails_at_its_own_deadline_naming_it(llama, reliability):
+    before = pid()
+    sh(f"cat > /usr/local/bin/systemctl <<'EOF'\n{HUNG_SYSTEMCTL}EOF\nchmod 755 /usr/local/bin/systemctl")
+    try:
+        run = playbook("benchmark_cycle.yml", extra_vars={"bc_command_timeout_s": 2})
+    finally:
+        sh("rm -f /usr/local/bin/systemctl")
+    text = " ".join(run.out.split())
+    assert run.rc != 0 and "`systemctl show llama-lab` did not answer within bc_command_timeout_s=2 s" in text, run.out[-3000:]
+    assert "Timed out after" not in run.out  # the host's own bound ended it, not the controller's task bound
+    assert sh("pgrep -f 'sleep infinity' || true").strip() == ""  # killed on the host, not left behind
+    untouched(run, before)
+    assert serving() == "active, answers 2+2=4"
+    reliability(fault="a command that hangs on the host", injected="systemctl show (the preflight's first read) never answers",
+                did="killed on the host at bc_command_timeout_s; refused naming the command and the setting; nothing touched",
+                service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)
+
+
 def test_the_first_failure_is_the_one_reported(llama, reliability):
     """A unit that fails systemd-analyze verify: the readiness of the (never stopped) server that follows
     does not mask it, and no later task crashes on the failed module's result."""
