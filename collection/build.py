@@ -155,12 +155,17 @@ def plugin_filters(root: Path = ROOT) -> dict[str, Any]:
 
 
 def stamped_version(version: str, root: Path = ROOT) -> str:
-    """galaxy.yml's version if HEAD is tagged v<version>, else <version>-dev+g<commit> (semver build metadata)."""
+    """galaxy.yml's version if HEAD is tagged v<version>; a build before that release <version>-dev+g<commit>, and one
+    after it (the tag exists, HEAD is past it) <next patch>-dev+g<commit>: a development build sorts after the release
+    it follows, never below it (semver: a pre-release precedes its version; build metadata does not count)."""
     def git(*args: str) -> str:
         proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else ""
     if "v" + version in git("tag", "--points-at", "HEAD").split():
         return version
+    if git("tag", "--list", "v" + version):
+        major, minor, patch = version.split("+", maxsplit=1)[0].split("-", maxsplit=1)[0].split(".")
+        version = "%s.%s.%d" % (major, minor, int(patch) + 1)
     commit = git("rev-parse", "--short=10", "HEAD")
     return "%s-dev+g%s" % (version, commit) if commit else "%s-dev" % version
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from typing import Any
 
@@ -16,7 +17,6 @@ def _register_module_utils() -> None:
     ansible.module_utils.bc_* (AnsiballZ ships module_utils/ to the modules, ansible.cfg's
     module_utils setting; the plugins register the same folder on that package's path), so each
     file is loaded once, under one name, by modules, plugins, tests and the sweep's worker alike."""
-    import os  # noqa: PLC0415 - used by this block only
 
     import ansible.module_utils  # noqa: PLC0415 - the registration runs first, and only in the project layout
 
@@ -49,7 +49,7 @@ from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_host import redact as _redact
 from ansible.module_utils.bc_host import vmstat
 from ansible.module_utils.bc_strategy import budget as _budget
-from ansible.module_utils.bc_strategy import choose
+from ansible.module_utils.bc_strategy import choose, sweep_alone
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 
@@ -317,6 +317,39 @@ def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
         host, said, unit, state.get("ActiveState", "?"), state.get("SubState", "?"), "ARMED" if armed else "not armed")
 
 
+def _requires_ansible() -> str:
+    """The collection's own requires_ansible (meta/runtime.yml: the one statement of the supported ansible-core), found
+    beside this file in the project's layout (collection/meta/) or the installed collection's (meta/); "" if none."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "..", "collection", "meta", "runtime.yml"), os.path.join(here, "..", "..", "meta", "runtime.yml")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                found = re.search(r"^requires_ansible:\s*[\"']?([^\"'\n]+)", fh.read(), re.M)
+        except OSError:
+            continue
+        if found:
+            return found.group(1).strip()
+    return ""
+
+
+def core_problem(version: Any, requires: str | None = None) -> str:
+    """Why this ansible-core cannot run the cycle, or "": the version must be in the collection's requires_ansible. An
+    unknown version, or a range that cannot be read, is refused (a cycle never runs on a controller it was not
+    written and tested for: a keyword or module behaving otherwise could leave a service stopped)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # noqa: PLC0415 - controller only
+    from packaging.version import InvalidVersion, Version  # noqa: PLC0415
+
+    requires = _requires_ansible() if requires is None else requires
+    try:
+        spec, got = SpecifierSet(requires), Version(str(version))
+    except (InvalidSpecifier, InvalidVersion):
+        return "cannot tell whether ansible-core %r is supported (requires_ansible %r in meta/runtime.yml)" % (version, requires)
+    if not requires or not spec.contains(got, prereleases=True):
+        return ("ansible-core %s is not supported: benchmark-cycle needs ansible-core %s (meta/runtime.yml): "
+                "pip install 'ansible-core%s'" % (version, requires or "(no range found)", requires.replace(".0,", ",")))
+    return ""
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -331,6 +364,7 @@ class FilterModule:
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
+            "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem,
             "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
             "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict, "bc_roll_lost": roll_lost,

@@ -137,10 +137,12 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=True, report=report_path, previous=prev and prev["stamp"], knee_m=primary.get("knee_m"))
     write_atomic(report_path, text)
-    # the history line first: a plot that fails (no matplotlib, a full disk) must not lose it
-    os.makedirs(os.path.dirname(p["history"]) or ".", exist_ok=True)
-    with open(p["history"], "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(history_line(p["host"], p["stamp"], primary, report_path, p["gpu_health"]), sort_keys=True) + "\n")
+    # the history line first: a plot that fails (no matplotlib, a full disk) must not lose it; a report rendered again
+    # (a report run on its own: --tags report) adds no second line for the same run
+    if not any(h.get("host") == p["host"] and h.get("stamp") == p["stamp"] and h.get("report") == report_path for h in history):
+        os.makedirs(os.path.dirname(p["history"]) or ".", exist_ok=True)
+        with open(p["history"], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(history_line(p["host"], p["stamp"], primary, report_path, p["gpu_health"]), sort_keys=True) + "\n")
     plotted = None
     if p["plot"]:
         title = "%s %s tp%s %s" % (p["host"], p["stamp"], primary.get("tp_size"), primary.get("backend"))

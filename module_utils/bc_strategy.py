@@ -72,14 +72,17 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     wait, every sweep and the post-sweep GPU check, plus the margin). `n`: drain_deadline_s, release (a release may
     be tried), stop_timeout_s, gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s, and
     gpu_check (the stop waits for the GPU to free; has_gpu when absent). The switch is armed before a release: a
-    release that frees too little is resumed and followed by a stop, all inside the switch's window."""
-    gpu = bool(n["has_gpu"])
-    gpu_wait = int(n["gpu_wait_s"]) if bool(n.get("gpu_check", gpu)) else 0
-    phases = {"drain": int(n["drain_deadline_s"]) + DRAIN_PROBE_S,
-              "release": RELEASE_S if n["release"] else 0,
+    release that frees too little is resumed and followed by a stop, all inside the switch's window. With `recovery`
+    (playbooks/recover.yml), the phases a recovery runs: no drain, release, sweep or GPU check; a restart's stop, the
+    readiness and a rollback's (it needs none of the sweep's numbers)."""
+    cycle = not n.get("recovery")
+    gpu = bool(n.get("has_gpu")) and cycle
+    gpu_wait = int(n.get("gpu_wait_s") or 0) if bool(n.get("gpu_check", gpu)) else 0
+    phases = {"drain": int(n["drain_deadline_s"]) + DRAIN_PROBE_S if cycle else 0,
+              "release": RELEASE_S if cycle and n["release"] else 0,
               "gpu_pre_check": GPU_PRE_CHECK_S if gpu else 0,
               "stop": int(n["stop_timeout_s"]) + gpu_wait,
-              "sweep": int(n["sweep_runs"]) * (int(n["sweep_timeout_s"]) + ASYNC_MARGIN_S),
+              "sweep": int(n["sweep_runs"]) * (int(n["sweep_timeout_s"]) + ASYNC_MARGIN_S) if cycle else 0,
               "gpu_post_check": GPU_POST_CHECK_S if gpu else 0,
               "readiness": int(n["readiness_timeout_s"]) + READINESS_PROBE_S,
               "rollback_readiness": int(n["readiness_timeout_s"]) + READINESS_PROBE_S,
@@ -87,3 +90,21 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     total, margin = sum(phases.values()), int(n["margin_s"])
     return {"phases": phases, "total_s": total, "lease_s": total + margin,
             "switch_after_s": phases["release"] + phases["stop"] + phases["sweep"] + phases["gpu_post_check"] + margin}
+
+
+def sweep_alone(main_pid: Any, unit: str, sizing: dict[str, Any]) -> str:
+    """Why a sweep run on its own (`--tags sweep`: no drain, no stop, no start) is refused, or "" when it may run.
+    It never frees the GPU, so it runs only where the GPU is free already: the unit runs no process (MainPID 0), or the
+    sweep fits in the device's free memory beside it. A MainPID that could not be read is not "not running"."""
+    pid = str(main_pid).strip()
+    if not pid.isdigit():
+        return "whether %s runs is not known (systemctl show -p MainPID gave %r)" % (unit, pid[:40])
+    if int(pid) == 0:
+        return ""
+    need, free = int(sizing.get("need_mib") or 0), int(sizing.get("free_mib") or 0)
+    if sizing.get("has_gpu") and sizing.get("fits"):
+        return ""
+    where = ("the sweep needs %d MiB and %d MiB are free beside it" % (need, free) if sizing.get("has_gpu")
+             else "no GPU: the sweep would share the host's memory and CPU with it")
+    return ("%s runs (MainPID %s) and holds the GPU: %s. A sweep on its own never stops a service: run the whole "
+            "cycle (no --tags), or stop %s first" % (unit, pid, where, unit))

@@ -5,6 +5,7 @@ lab cycle from the installed collection are in tests/integration/test_collection
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -111,6 +112,25 @@ def test_the_version_is_stamped_unless_head_is_the_release_tag(tmp_path):
     assert build.stamped_version("1.2.3", tmp_path) == "1.2.3-dev"  # not a git tree: no commit to name
     stamped = build.stamped_version("1.2.3")
     assert stamped == "1.2.3" or stamped.startswith("1.2.3-dev+g"), stamped
+
+
+def test_a_build_after_a_release_sorts_after_it(tmp_path):
+    """A build made past the v0.9.0 tag is 0.9.1-dev+g..., which sorts above 0.9.0 (0.9.0-dev+g... sorted below it);
+    one made before the release stays below it; the tagged commit is the release itself."""
+    from ansible.utils.version import SemanticVersion
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True, timeout=30)
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "before the release")
+    before = build.stamped_version("0.9.0", tmp_path)
+    git("tag", "v0.9.0")
+    assert build.stamped_version("0.9.0", tmp_path) == "0.9.0"
+    git("commit", "-q", "--allow-empty", "-m", "after the release")
+    after = build.stamped_version("0.9.0", tmp_path)
+    assert before.startswith("0.9.0-dev+g") and after.startswith("0.9.1-dev+g"), (before, after)
+    assert SemanticVersion(before) < SemanticVersion("0.9.0") < SemanticVersion(after)
 
 
 def test_the_built_collection_holds_the_product_and_names_only_its_own_code(tmp_path):

@@ -99,6 +99,10 @@ CT200 = {"drain_deadline_s": 120, "release": True, "stop_timeout_s": 195, "gpu_w
     ({"gpu_wait_s": 300}, {"stop": 495}, 6615 + 240, 90 + 495 + 3720 + 120 + 60),
     # every sweep counts with its async margin
     ({"sweep_runs": 5}, {"sweep": 5 * 1860}, 6615 + 3 * 1860, 90 + 255 + 5 * 1860 + 120 + 60),
+    # a recovery (playbooks/recover.yml): a restart's stop, the readiness and a rollback's, from the same sum (it was
+    # written a second time in its tasks, without the probes' and the play's own seconds)
+    ({"recovery": True}, {"drain": 0, "release": 0, "gpu_pre_check": 0, "stop": 195, "sweep": 0, "gpu_post_check": 0,
+                          "readiness": 940, "rollback_readiness": 940, "overhead": 60}, 195 + 940 + 940 + 60, 195 + 60),
 ])
 def test_the_worst_case_is_one_sum_and_the_lease_and_the_switch_follow_from_it(change, phases, total, switch_after):
     got = cycle_budget(dict(CT200, **change))

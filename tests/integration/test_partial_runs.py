@@ -1,0 +1,77 @@
+"""Parts of the cycle run on their own with --tags, as operators run them (docs/operator-guide.md, "Partial runs"):
+the preflight alone (the verdict and the plan, nothing touched), the sweep alone on a GPU that is free already
+(refused by name while the service holds it), readiness alone, the report alone. Each keeps the guarantees of the
+steps it runs: none stops a service, takes a host out of the router or leaves a lock. Real ansible-playbook, real
+systemd, the real llama-server."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from conftest import HOST, ROOT, playbook, serving, sh, wait_serving
+
+# the service started by hand is awaited as the cycle awaits a reload: the lab's own readiness budget
+READINESS_S = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_readiness_timeout_s"]
+
+
+def pid() -> str:
+    return sh("systemctl show -p MainPID --value llama-lab").strip()
+
+
+def no_lock() -> bool:
+    return sh("ls /run/lock/ | grep -c benchmark-cycle || true").strip() == "0"
+
+
+def stamps() -> list[str]:
+    return sorted(p.name for p in (ROOT / "results" / HOST).glob("*") if list(p.glob("sweep-tp*.json")))
+
+
+def history_of(stamp: str) -> list[dict]:
+    lines = (ROOT / "results/history.jsonl").read_text().splitlines() if (ROOT / "results/history.jsonl").exists() else []
+    return [h for h in map(json.loads, lines) if h["host"] == HOST and h["stamp"] == stamp]
+
+
+def test_each_part_runs_on_its_own_and_keeps_its_guarantees(llama, reliability):
+    before, unit = pid(), sh("sha256sum /etc/systemd/system/llama-lab.service")
+
+    plan = playbook("benchmark_cycle.yml", "--tags", "preflight")
+    assert plan.rc == 0, plan.out[-3000:]
+    assert f"{HOST}: sweep needs ~" in plan.out and "the service will be drained and stopped" in plan.out
+    assert not any("Take the lock" in (e["task"] or "") or "Template" in (e["task"] or "") for e in plan.events)
+    assert pid() == before and no_lock() and sh("sha256sum /etc/systemd/system/llama-lab.service") == unit
+
+    held = playbook("benchmark_cycle.yml", "--tags", "sweep")
+    text = " ".join(held.out.split())
+    assert held.rc != 0 and f"llama-lab runs (MainPID {before}) and holds the GPU" in text, held.out[-3000:]
+    assert "run the whole cycle (no --tags), or stop llama-lab first. Nothing was touched." in text
+    assert pid() == before and no_lock()
+
+    sh("systemctl stop llama-lab")  # the operator frees the GPU
+    try:
+        swept = playbook("benchmark_cycle.yml", "--tags", "sweep")
+        assert swept.rc == 0, swept.out[-3000:]
+        # it never starts what it did not stop, holds the lock only while it sweeps, and reports what it swept
+        assert sh("systemctl is-active llama-lab", check=False).strip() == "inactive" and no_lock()
+        stamp = stamps()[-1]
+        assert re.search(rf"results/{HOST}/{stamp}/sweep-tp1-torch\.report\.md", swept.out), swept.out[-2000:]
+        assert len(history_of(stamp)) == 1
+    finally:
+        sh("systemctl start llama-lab")
+    wait_serving(READINESS_S, what="llama-lab started by hand after the sweep")
+
+    report = playbook("benchmark_cycle.yml", "--tags", "report")
+    assert report.rc == 0, report.out[-3000:]
+    assert re.search(rf"results/{HOST}/{stamp}/sweep-tp1-torch\.report\.md", report.out), report.out[-2000:]
+    assert len(history_of(stamp)) == 1  # rendered again, not recorded twice
+
+    ready = playbook("benchmark_cycle.yml", "--tags", "readiness")
+    assert ready.rc == 0 and f'{HOST}: llama-lab is ready and answers "4" to "2+2="' in ready.out, ready.out[-3000:]
+    assert no_lock() and serving() == "active, answers 2+2=4"
+    reliability(fault="parts of the cycle on their own (--tags)",
+                injected="--tags preflight | sweep (GPU held, then freed) | report | readiness",
+                did="plan alone touched nothing; sweep refused by name while the service held the GPU, ran once freed; "
+                    "report rendered again without a second history line; readiness answered",
+                service_after=serving(), data_kept="results + 1 history line", detect_s=None,
+                run_s=plan.seconds + held.seconds + swept.seconds + report.seconds + ready.seconds)
