@@ -18,6 +18,10 @@ description:
   - O(state=absent) removes the lock only when its token is O(token) (another cycle's lock is left alone).
   - O(state=found) reads the lock as it is and changes nothing - its holder, its age and the holder's heartbeat's
     promise (RV(found)) - for a recovery that says what a dead cycle left before it acts.
+  - "A lock, its C(owner.json) or its C(heartbeat) that is not a plain directory or file of the user the module runs as,
+    writable by no one else, is never read or acted on - the task fails naming it. C(/run/lock) is writable by every
+    local user, who could otherwise forge a dead cycle's record, and the next cycle would act on it. O(state=absent)
+    leaves such a lock alone (this module never took it) and says so (C(untrusted))."
   - The holder records its progress in the lock (O(record), e.g. that it stopped the service or took
     the host out of the router) with a heartbeat and a lease (O(expires_in)). A lock whose lease ran
     out belongs to a dead cycle, whatever controller ran it (under AWX each job runs in a new
@@ -175,6 +179,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -230,6 +235,29 @@ def found(path: str, now: float) -> dict[str, Any]:
     return {"held": mtime is not None, "holder": read_owner(path) if mtime is not None else {},
             "age_s": int(now - mtime) if mtime is not None else None,
             "promised_in_s": promised - int(now) if promised is not None else None}
+
+
+def untrusted(path: str, euid: int | None = None) -> str:
+    """Why the lock at `path` cannot be believed, or "" (no lock, or one this module's user made). The lock lives
+    where every local user may write (/run/lock is 1777): a lock, a record or a heartbeat that someone else made could
+    say that a dead cycle stopped the live server (the next cycle would restart it and call the router's hooks), or
+    keep the lock for ever. Each must be a plain directory or file of the user the cycle runs as, writable by no one
+    else (the lock is made 0700, its files 0600)."""
+    euid = os.geteuid() if euid is None else euid
+    for name, is_dir in ((path, True), (os.path.join(path, "owner.json"), False), (heartbeat_file(path), False)):
+        try:
+            st = os.lstat(name)
+        except FileNotFoundError:
+            if is_dir:
+                return ""
+            continue
+        if not (stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode)):
+            return "%s is not a plain %s (a link?)" % (name, "directory" if is_dir else "file")
+        if st.st_uid != euid:
+            return "%s belongs to uid %d, not to uid %d that the cycle runs as" % (name, st.st_uid, euid)
+        if st.st_mode & 0o022:
+            return "%s is writable by its group or by others (mode %04o)" % (name, stat.S_IMODE(st.st_mode))
+    return ""
 
 
 SPEC: dict[str, Any] = {
@@ -326,6 +354,13 @@ def main() -> None:
     bad = problem(p)
     if bad:
         module.fail_json(msg=bad)
+    forged = untrusted(path)
+    if forged and p["state"] == "absent":  # not this cycle's (it never takes one): nothing of it is read or removed
+        module.exit_json(changed=False, holder={}, released=False, untrusted=forged)
+    if forged:
+        module.fail_json(msg="the lock %s is not to be trusted: %s. A lock another local user could have made is never read "
+                         "or acted on: nothing was touched. Find out who made it, then remove it (rm -r -- %s)"
+                         % (path, forged, path), untrusted=forged)
     if p["state"] == "found":
         module.exit_json(changed=False, found=found(path, time.time()), heartbeat=heartbeat_file(path))
     try:

@@ -358,6 +358,7 @@ from ansible.module_utils.bc_host import (
     CommandError,
     beat_for,
     end_beat,
+    fence,
     redact,
     write_atomic,
 )
@@ -469,7 +470,9 @@ def main() -> None:
     def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         return host_run(argv, timeout or p["command_timeout"])
 
-    # the states that disarm the switch end the heartbeat instead of writing one
+    # the states that disarm the switch end the heartbeat instead of writing one; they too act only for the lock's holder
+    if p["state"] in DISARMING:
+        fence(module)
     beaten = None if p["state"] in (*DISARMING, "found") else beat_for(module, own_budget(p), time.time())
     try:
         unit = Unit(p["name"], run, write_atomic, systemd_dir=p["systemd_dir"], state_dir=p["state_dir"],

@@ -430,11 +430,39 @@ def beat_until(path: str) -> int | None:
     return int(text.strip()) if text is not None and re.fullmatch(r"\s*\d{1,12}\s*", text) else None
 
 
+def lost_lock(heartbeat: dict[str, Any] | None) -> str:
+    """Why the cycle named by the heartbeat's token no longer holds the lock its heartbeat lives in, or "" (it does,
+    or there is no heartbeat or token to tell by). A lock that is gone, or whose holder cannot be read, is not held."""
+    if not heartbeat or not heartbeat.get("token"):
+        return ""
+    lock = os.path.dirname(heartbeat["path"])
+    if not os.path.isdir(lock):
+        return "its lock %s is gone" % lock
+    holder = lock_holder(heartbeat["path"])
+    return "" if holder == heartbeat["token"] else "the lock %s is held by cycle %s" % (lock, holder)
+
+
+def fence(module: Any) -> None:
+    """The fencing token: a step that changes the host acts only while its cycle holds the lock. A controller that was
+    silent past its heartbeat's promise (a paused VM or pod, a stopped job) may wake after the host's switch brought
+    the service back and another cycle took the lock over: then it fails here, before it acts, and touches nothing of
+    the cycle that owns the host now (its sweep, its switch, its router)."""
+    if module.check_mode:
+        return
+    why = lost_lock(module.params.get("heartbeat"))
+    if why:
+        module.fail_json(msg="this cycle (%s) no longer owns the host: %s. Its controller was silent past its promise of a "
+                         "next contact (paused or cut off) and another cycle took over: it changes nothing more here"
+                         % (module.params["heartbeat"]["token"], why), fenced=True)
+
+
 def beat_for(module: Any, own_s: float, now: float) -> dict[str, Any] | None:
-    """A module's heartbeat (its `heartbeat` parameter) before it does anything else; none in check mode. One that
-    cannot be written is a warning: the switch reads the controller as dead and brings the service back."""
+    """A module's heartbeat (its `heartbeat` parameter) before it does anything else; none in check mode. A cycle that
+    no longer holds the lock fails (fence); a heartbeat that cannot be written is a warning: the switch reads the
+    controller as dead and brings the service back."""
     if module.check_mode:
         return None
+    fence(module)
     beaten = beat(module.params.get("heartbeat"), now, own_s)
     if beaten and not beaten["written"]:
         module.warn("the cycle's heartbeat %s was not written (%s): the host's dead-man switch reads this controller as "

@@ -137,7 +137,7 @@ def test_a_command_that_hangs_on_the_host_fails_at_its_own_deadline_naming_it(ll
     text = " ".join(run.out.split())
     assert run.rc != 0 and "`systemctl show llama-lab` did not answer within bc_command_timeout_s=2 s" in text, run.out[-3000:]
     assert "Timed out after" not in run.out  # the host's own bound ended it, not the controller's task bound
-    assert sh("pgrep -f 'sleep infinity' || true").strip() == ""  # killed on the host, not left behind
+    assert sh("pgrep -f '[s]leep infinity' || true").strip() == ""  # killed on the host, not left behind
     untouched(run, before)
     assert serving() == "active, answers 2+2=4"
     reliability(fault="a command that hangs on the host", injected="systemctl show (the preflight's first read) never answers",

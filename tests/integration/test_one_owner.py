@@ -290,3 +290,100 @@ def test_two_controllers_taking_over_one_dead_lock_at_once_leave_exactly_one_own
                 did="exactly one took it over (and inherited its record); the other was refused, the winner named; "
                     "the winner cycled",
                 service_after=serving(), data_kept="the winner's full results", detect_s=None, run_s=None)
+
+
+def signal_controller(proc: subprocess.Popen, sig: int) -> None:
+    """ansible-playbook and its workers (their own sessions) paused or resumed at once, as a paused VM, pod or job."""
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False).stdout.split()
+    for pid in [proc.pid, *map(int, children)]:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def lock_token() -> str:
+    return json.loads(sh(f"cat {LOCK}/owner.json")).get("token", "")
+
+
+def test_a_paused_controller_that_wakes_after_a_take_over_touches_nothing(llama, reliability):
+    """A controller frozen (SIGSTOP) mid-sweep: the host's switch brings the service back once its promise ran out, a
+    second cycle takes the lock over and sweeps. Woken (SIGCONT), the first one's next step is refused by the lock's
+    fencing token: it does not start the service under the second cycle's sweep, disarm its switch, call the router
+    or free its lock, and fails saying so; the second cycle ends green."""
+    from test_guarantees import router, with_router
+
+    extra = with_router(long_sweep())
+    first = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    second = None
+    try:
+        wait_for_sweep(first)
+        signal_controller(first, signal.SIGSTOP)
+        frozen = time.monotonic()
+        wait_serving(900, what="the service brought back by the switch while the controller is frozen")
+        gated_sweep_python()  # the gate closed again: the second cycle's sweep is held while the first wakes
+        second = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        wait_for_sweep(second)
+        owner, unit = lock_token(), sh("systemctl show -p ActiveState -p InvocationID --value llama-lab")
+        routed = router()
+        assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"  # the second's switch
+        signal_controller(first, signal.SIGCONT)
+        out, _ = first.communicate(timeout=900)
+        text = " ".join(out.split())
+        assert first.returncode != 0 and "no longer owns the host" in text and f"is held by cycle {owner}" in text, out[-3000:]
+        # nothing of the second cycle was touched: its lock, its stopped service, its switch, the router
+        assert lock_token() == owner and sh("systemctl show -p ActiveState -p InvocationID --value llama-lab") == unit
+        assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"
+        assert router() == routed
+    finally:
+        signal_controller(first, signal.SIGCONT)
+        open_sweep_gate()
+    out, _ = second.communicate(timeout=1800)
+    assert second.returncode == 0, out[-3000:]
+    assert serving() == "active, answers 2+2=4" and router()[-1] == "restore"
+    reliability(fault="a paused controller wakes after a take-over", injected="ansible-playbook and its workers SIGSTOPped mid-sweep; "
+                "the switch brought the service back, a second cycle took the lock over and swept; then SIGCONT",
+                did="the woken cycle's next step was refused by the lock's token: it started nothing, disarmed nothing, "
+                    "called no router hook and failed saying so; the second cycle ended green",
+                service_after=serving(), data_kept="the second cycle's results", detect_s=time.monotonic() - frozen,
+                run_s=time.monotonic() - frozen)
+
+
+# a dead cycle's record, as an unprivileged local user writes it into /run/lock (mode 1777): it says the cycle stopped
+# the server and took the host out of the router, so a cycle that believed it would restart the live server and call
+# the router's restore hook
+FORGED = {"token": "forged-dead-cycle", "heartbeat": 1.0, "expires": 2.0, "pid": 1, "controller_id": "forged",
+          "record": {"stopped": True, "lb_removed": True, "released": True}}
+HOOK_LOG = "/run/bc-lb-hook.log"
+
+
+def test_a_lock_forged_by_a_local_user_is_refused_and_nothing_is_touched(llama, reliability):
+    before = sh("systemctl show -p MainPID -p InvocationID --value llama-lab")
+    sh(f"printf '#!/bin/sh\\necho \"$*\" >> {HOOK_LOG}\\n' > /usr/local/bin/lb-log && chmod 755 /usr/local/bin/lb-log; rm -f {HOOK_LOG}")
+    record = json.dumps(FORGED).replace("'", "")
+    mode = sh("stat -c %a /run/lock").strip()
+    sh("chmod 1777 /run/lock")  # as Debian and the GPU hosts have it: every local user may make a lock there
+    try:
+        sh(f"setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'mkdir {LOCK} && echo {json.dumps(record)} > {LOCK}/owner.json'")
+        assert sh(f"stat -c %u {LOCK}").strip() == "65534"  # made by nobody, as any local user can
+        run = playbook("benchmark_cycle.yml", extra_vars={
+            "bc_stop_policy": "never", "bc_lb_remove": {"argv": ["/usr/local/bin/lb-log", "remove"]},
+            "bc_lb_restore": {"argv": ["/usr/local/bin/lb-log", "restore"]}})
+        text = " ".join(run.out.split())
+        assert run.rc != 0 and f"the lock {LOCK} is not to be trusted: {LOCK} belongs to uid 65534, not to uid 0" in text, run.out[-3000:]
+        assert "nothing was touched" in text
+        # the live server was neither killed nor restarted, the router never called, the forged lock left as it was
+        assert sh("systemctl show -p MainPID -p InvocationID --value llama-lab") == before
+        assert sh(f"cat {HOOK_LOG} 2>/dev/null || true").strip() == ""
+        assert sh(f"stat -c %u {LOCK}/owner.json").strip() == "65534"
+        recovery = playbook("playbooks/recover.yml")
+        assert recovery.rc != 0 and "is not to be trusted" in " ".join(recovery.out.split()), recovery.out[-3000:]
+        assert sh("systemctl show -p MainPID -p InvocationID --value llama-lab") == before
+    finally:
+        sh(f"rm -rf {LOCK} /usr/local/bin/lb-log {HOOK_LOG}; chmod {mode} /run/lock")
+    assert serving() == "active, answers 2+2=4"
+    reliability(fault="a lock forged by a local user", injected="nobody made the lock dir in /run/lock (1777) with a dead cycle's record",
+                did="refused by the cycle and the recovery, naming the lock's owner; live server, router and lock untouched",
+                service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds + recovery.seconds)

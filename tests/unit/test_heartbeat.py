@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
-from ansible.module_utils.bc_host import beat, beat_until
+from ansible.module_utils.bc_host import beat, beat_until, lost_lock
 from sweep_wait import job_state
 
 
@@ -123,3 +123,29 @@ def test_a_sweep_that_ended_first_in_its_batch_promises_the_slowest_hosts_sweep(
     ended = adhoc("sweep_wait", {"job": str(job), "after_s": 3660, "heartbeat": heartbeat})
     assert ended["finished"] and ended["points"] == 3 and not job.exists()
     assert 3660 + 61 - 5 <= ended["heartbeat"]["until"] - time.time() <= 3660 + 61 + 5
+
+
+def _lock(tmp_path: Path, holder: str | None) -> str:
+    lock = tmp_path / "bc.lock"
+    lock.mkdir(mode=0o700)
+    if holder is not None:
+        (lock / "owner.json").write_text(json.dumps({"token": holder}))
+    return str(lock / "heartbeat")
+
+
+@pytest.mark.parametrize(("holder", "token", "lost"), [
+    ("cycle-a", "cycle-a", ""),                                 # the holder: it acts
+    ("cycle-b", "cycle-a", "is held by cycle cycle-b"),        # taken over while this controller was paused: fenced
+    (None, "cycle-a", "is held by cycle None"),                # a holder that cannot be read is not this cycle
+    ("cycle-a", None, ""),                                     # no token to tell by (a heartbeat of an older caller)
+])
+def test_a_step_acts_only_while_its_cycle_holds_the_lock(tmp_path, holder, token, lost):
+    path = _lock(tmp_path, holder)
+    heartbeat = {"path": path, "for_s": 60, **({"token": token} if token else {})}
+    got = lost_lock(heartbeat)
+    assert (lost in got) if lost else got == ""
+
+
+def test_a_lock_that_is_gone_is_not_held(tmp_path):
+    assert "its lock" in lost_lock({"path": str(tmp_path / "gone.lock" / "heartbeat"), "for_s": 60, "token": "cycle-a"})
+    assert lost_lock(None) == "" and lost_lock({}) == ""

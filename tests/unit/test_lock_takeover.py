@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import host_lock
+import pytest
 from ansible.module_utils.bc_host import guard_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,3 +204,41 @@ def test_found_reads_the_lock_as_it_is_and_changes_nothing(tmp_path):
     # the other states still need this cycle's token, and say so
     r = adhoc("host_lock", {"path": str(path), "state": "absent"})
     assert r["_status"] == "FAILED!" and "token must not be empty (state=absent)" in r["msg"]
+
+
+def own_lock(path: Path) -> Path:
+    """A lock as host_lock makes it: its user's, 0700, its record 0600."""
+    import os
+    dead_lock(path)
+    os.chmod(path, 0o700)
+    os.chmod(path / "owner.json", 0o600)
+    return path
+
+
+@pytest.mark.parametrize(("fault", "as_other_user", "why"), [
+    (None, True, "belongs to uid 0, not to uid 65534"),  # made by another user than the one the cycle runs as
+    (lambda lock: lock.chmod(0o777), False, "bc.lock is writable by its group or by others (mode 0777)"),
+    (lambda lock: (lock / "owner.json").chmod(0o666), False, "owner.json is writable by its group or by others (mode 0666)"),
+    (lambda lock: [(lock / "heartbeat").write_text("99999999999\n"), (lock / "heartbeat").chmod(0o646)], False,
+     "heartbeat is writable by its group or by others"),
+    (lambda lock: (lock / "owner.json").unlink() or (lock / "owner.json").symlink_to("/etc/hostname"), False,
+     "owner.json is not a plain file (a link?)"),
+])
+def test_a_lock_another_user_could_have_made_is_never_trusted(tmp_path, fault, as_other_user, why):
+    """/run/lock is writable by every local user: a lock (or its record, or its heartbeat) that is not the cycle's
+    user's own, or that others may write, or a link, is refused before anything reads it."""
+    lock = tmp_path / "bc.lock"
+    assert host_lock.untrusted(str(lock), 0) == ""  # no lock: nothing to distrust
+    own_lock(lock)
+    assert host_lock.untrusted(str(lock), 0) == ""  # the module's own (the tests run as root, as the cycle does)
+    if fault:
+        fault(lock)
+    assert why in host_lock.untrusted(str(lock), 65534 if as_other_user else 0)
+
+
+def test_a_lock_that_is_a_link_is_never_trusted(tmp_path):
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "linked.lock"
+    link.symlink_to(real)
+    assert "linked.lock is not a plain directory (a link?)" in host_lock.untrusted(str(link), 0)
