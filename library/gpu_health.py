@@ -101,7 +101,8 @@ problems:
 concerns:
   description:
     - What only warns (persistence off, aggregate ECC, the software power cap, application XIDs, an unreadable kernel log,
-      a DCGM diagnostic that could not run, and in O(phase=post) temperature and thermal clock events).
+      a DCGM diagnostic that could not run, a reading the GPU should give that is missing or N/A, and in O(phase=post)
+      temperature and thermal clock events).
   returned: always
   type: list
   elements: str
@@ -111,6 +112,9 @@ gpus:
   description:
     - Each GPU's readings from C(nvidia-smi -q -x) (those in O(devices), or all), with the XIDs matched to its PCI
       address (C(xid)) and the names of the readings that crossed a rule (C(problems)).
+    - C(unknown) names the readings this GPU should give and did not (missing or N/A), each a concern; none is read
+      as 0 or No. A reading the GPU legitimately leaves N/A is null and not a concern - page retirement on a GPU that
+      remaps rows (Ampere and later, as the real H200 reports it), row remapping on one that retires pages.
   returned: always
   type: list
   elements: dict
@@ -123,7 +127,7 @@ gpus:
       temperature_c: 33
       ecc_uncorrectable_volatile: 0
       ecc_uncorrectable_aggregate: 0
-      retired_pages_pending: false
+      retired_pages_pending: null
       remapped_rows_pending: true
       remapped_rows_failure: false
       throttle: []
@@ -132,10 +136,13 @@ gpus:
       power_capped: false
       clock_events: [gpu_idle]
       xid: [13]
+      unknown: []
       problems: [remapped_rows_pending]
 xid_events:
   description:
-    - The kernel log's C(NVRM Xid) lines since O(since) (or O(within_s)), each with its PCI address, XID and line.
+    - The kernel log's C(NVRM Xid) lines since O(since) (or O(within_s)), each with its PCI address, XID, C(mig) (the MIG
+      instance the driver names, e.g. C(GPU-I:05 GPU-CI:00), empty for none) and line; a line in a form not known here
+      has C(xid) null and is a problem.
     - Null when the kernel log could not be read or nvidia-smi failed (unknown, not clean).
   returned: always
   type: list
@@ -143,6 +150,7 @@ xid_events:
   sample:
     - pci: "0000:00:06"
       xid: 13
+      mig: ""
       line: >-
         1796126001.204318 vm kernel: NVRM: Xid (PCI:0000:00:06): 13, pid=48213, name=python3,
         Graphics Exception: ESR 0x50df30=0x102000e
