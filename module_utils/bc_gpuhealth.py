@@ -229,6 +229,25 @@ def dcgm_failures(text: str) -> list[str] | None:
     return sorted(set(failed))
 
 
+def without_smi(required: bool, expect: list[str] | None = None) -> dict[str, Any]:
+    """The verdict on a host without nvidia-smi. Nothing is judged (checked false) and nothing reads healthy: a host
+    meant to have a GPU (`required`), or whose GPUs are asked for or were seen before (`expect`), fails naming the
+    missing tool and the fix; only a host declared GPU-less (required false, nothing expected) is `no_gpu`, with no
+    problem, said plainly."""
+    if not required and not expect:
+        return {"checked": False, "healthy": False, "no_gpu": True, "problems": [], "gpus": [],
+                "msg": "no nvidia-smi on this host, which is declared to have no GPU (required=false): nothing judged; "
+                       "there is no GPU here to be healthy or sick"}
+    why = ("GPU(s) %s were asked for or seen before" % ", ".join(map(str, expect)) if expect
+           else "this host is expected to have a GPU")
+    return {"checked": False, "healthy": False, "no_gpu": False, "gpus": [],
+            "problems": ["nvidia-smi is not on this host's PATH (nor /sbin, /usr/sbin, /usr/local/sbin) and %s: its GPUs "
+                         "cannot be judged. Install the NVIDIA driver's utilities (nvidia-smi comes with them) or put "
+                         "nvidia-smi on PATH; a host without a GPU is declared with required=false (the cycle: "
+                         "bc_sweep_backends with no GPU-only backend, e.g. [torch])" % why],
+            "msg": "no nvidia-smi on a host expected to have a GPU: not healthy"}
+
+
 # right after a heavy sweep a GPU is hot and may be clocked down for it: in the post-check these are
 # warnings (the sweep's own heat), not a GPU that went bad
 POST_SWEEP = {"temperature_c": {"level": "warn"}, "throttle": {"level": "warn"}}

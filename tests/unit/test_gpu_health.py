@@ -141,9 +141,43 @@ def module_with(tmp_path: Path, xml: str | None, args: dict | None = None) -> di
         os.environ.update(old)
 
 
+# a missing nvidia-smi never reads healthy: a problem naming the tool and the fix on a host meant to have a GPU (the
+# default), on one whose GPUs are asked for or were seen before; only a host declared GPU-less is no_gpu, said plainly
+@pytest.mark.parametrize(("required", "expect", "no_gpu", "said"), [
+    (True, [], False, "this host is expected to have a GPU"),
+    (False, [], True, "declared to have no GPU (required=false): nothing judged"),
+    (False, ["GPU-17e71e43"], False, "GPU(s) GPU-17e71e43 were asked for or seen before"),
+    (True, ["0"], False, "GPU(s) 0 were asked for"),
+])
+def test_no_nvidia_smi_is_never_healthy_and_a_problem_unless_the_host_is_declared_gpu_less(required, expect, no_gpu, said):
+    from ansible.module_utils.bc_gpuhealth import without_smi
+
+    got = without_smi(required, expect)
+    assert got["checked"] is False and got["healthy"] is False and got["no_gpu"] is no_gpu, got
+    assert said in (got["msg"] if no_gpu else got["problems"][0]), got
+    assert (got["problems"] == []) is no_gpu
+    if not no_gpu:
+        assert "Install the NVIDIA driver's utilities" in got["problems"][0] and "required=false" in got["problems"][0]
+
+
+SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")  # where Ansible's get_bin_path looks beside PATH
+
+
+@pytest.mark.skipif(any(Path(d, "nvidia-smi").exists() for d in os.environ["PATH"].split(":") + list(SBIN)),
+                    reason="this machine has an nvidia-smi")
+@pytest.mark.parametrize(("args", "no_gpu"), [({}, False), ({"required": False}, True), ({"required": False, "devices": [0]}, False)])
+def test_the_module_without_nvidia_smi(args, no_gpu):
+    r = adhoc("gpu_health", dict({"dcgm": "never"}, **args))
+    assert r["_status"] == "SUCCESS" and not r["checked"] and not r["healthy"] and r["no_gpu"] is no_gpu, r
+    assert bool(r["problems"]) is not no_gpu and (r["problems"] or [r["msg"]])[0].startswith(
+        "no nvidia-smi on this host, which is declared" if no_gpu else "nvidia-smi is not on this host's PATH"), r
+
+
 def test_the_module_reads_the_real_report_healthy(tmp_path):
     r = module_with(tmp_path, H200)
     assert r["_status"] == "SUCCESS" and r["checked"] and r["healthy"] and r["gpus"][0]["uuid"].startswith("GPU-17e71e43")
+    assert r["no_gpu"] is False, r
+    assert module_with(tmp_path, H200, {"required": False})["healthy"]  # a GPU that is there is judged either way
 
 
 def test_the_module_names_a_remap_pending_and_never_fails_itself(tmp_path):
@@ -289,3 +323,14 @@ def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):
     assert "## GPU health" in report and "| post | **NO** | 0 | 91 |" in report and "temperature_c=91" in report
     line = json.loads(history.read_text())
     assert line["gpu_health"]["pre"]["healthy"] is True and line["gpu_health"]["post"]["gpus"][0]["temperature_c"] == 91
+
+
+def test_a_host_declared_gpu_less_is_reported_as_having_no_gpu_not_as_healthy_or_sick():
+    from ansible.module_utils.bc_gpuhealth import without_smi
+    from ansible.module_utils.bc_report import health_summary, render
+
+    pre = dict(without_smi(False), concerns=[], host_time=1.0)
+    assert health_summary({"pre": pre})["pre"]["no_gpu"] is True
+    result = json.loads((ROOT / "tests/unit/fixtures/h200/sweep-tp1-sglang-k26.json").read_text())
+    text = render("lab", "20261201T000000Z", result, None, "plot.png", {"pre": pre})
+    assert "| pre | no GPU (none expected) | - |" in text and "**NO**" not in text and "| yes |" not in text
