@@ -50,6 +50,7 @@ from ansible.module_utils.bc_host import redact as _redact
 from ansible.module_utils.bc_host import vmstat
 from ansible.module_utils.bc_strategy import budget as _budget
 from ansible.module_utils.bc_strategy import choose, sweep_alone
+from ansible.module_utils.bc_sweepstats import INT4_BACKENDS
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 
@@ -213,12 +214,14 @@ def effective(contract: dict[str, dict[str, Any]], values: Any) -> dict[str, Any
 def preflight(plans: list[dict[str, Any]]) -> dict[str, Any]:
     """One sizing of the sweep's runs (marlin_sweep's preflight per tensor-parallel shape, all on the
     same device): the largest need rules, it fits only if every run fits, and `why` is "" unless a run
-    can run nowhere (each reason once)."""
+    can run nowhere (each reason once). `gpu_expected`: a backend asked for runs only on a GPU (the host is meant
+    to have one, whatever nvidia-smi says); a result that does not say its backends expects one."""
     if not plans:
         raise ValueError("bc_preflight: no preflight results (bc_sweep_tp_sizes is empty?)")
     first = plans[0]
     return {"need_mib": max(p["need_mib"] for p in plans), "need_gib": max(p["estimate_peak_gib"] for p in plans),
             "fits": all(p["fits"] for p in plans), "has_gpu": len(first.get("gpus") or []) > 0,
+            "gpu_expected": any(b in INT4_BACKENDS for b in first["backends"]) if first.get("backends") else True,
             "free_mib": first["free_mib"], "free_gib": first["free_gib"], "oom_kills": first.get("oom_kills"),
             "why": "; ".join(dict.fromkeys(p["why"] for p in plans if not p["runnable"]))}
 

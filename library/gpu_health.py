@@ -18,7 +18,9 @@ description:
     O(rules)), and returns RV(healthy), the RV(problems) and RV(concerns) each naming the GPU, the
     reading and its value. It never fails for an unhealthy GPU; the caller decides. A hung
     nvidia-smi (a wedged GPU) is a problem, not a hung task.
-  - A host without nvidia-smi has no GPU to judge, RV(checked) is false and RV(healthy) true.
+  - Without nvidia-smi nothing is judged (RV(checked) false) and nothing is healthy (RV(healthy) false) - on a host
+    meant to have a GPU (O(required), the default) that is a problem naming the missing tool and the fix; only a host
+    declared GPU-less (O(required=false), no O(expect) or O(devices)) gets RV(no_gpu) true and no problem.
 version_added: "1.0.0"
 extends_documentation_fragment: [cycle_heartbeat, read_only]
 author: benchmark-cycle contributors (!UNKNOWN)
@@ -32,6 +34,15 @@ options:
     type: float
     default: 0
   devices: {description: The GPU indices to judge; empty judges all., type: list, elements: int, default: []}
+  required:
+    description:
+      - The host is meant to have a GPU, so no nvidia-smi is a problem (RV(healthy) false).
+      - False only where the host is declared to have no GPU (the cycle passes it from the sweep's backends, false when
+        none of them runs only on a GPU); there, no nvidia-smi gives RV(no_gpu) true, RV(checked) and RV(healthy) false, and no
+        problem. A host whose nvidia-smi is there is judged either way, and O(expect) or O(devices) need one whatever
+        this says.
+    type: bool
+    default: true
   dcgm:
     description: Run C(dcgmi diag -r 1) - C(auto) where dcgmi is installed, C(always) (missing is a problem), C(never).
     type: str
@@ -78,12 +89,21 @@ EXAMPLES = r"""
 
 RETURN = r"""
 checked:
-  description: nvidia-smi was there and was run (false on a host without it, where RV(healthy) is true).
+  description: nvidia-smi was there and was run (false on a host without it, where RV(healthy) is false too).
   returned: always
   type: bool
   sample: true
 healthy:
-  description: No reading crossed a rule of level fail (RV(problems) is empty).
+  description:
+    - GPUs were judged and no reading crossed a rule of level fail (RV(problems) is empty).
+    - False whenever nothing was judged, RV(no_gpu) included (no GPU is not a healthy GPU).
+  returned: always
+  type: bool
+  sample: false
+no_gpu:
+  description:
+    - The host has no nvidia-smi and was declared to have no GPU (O(required=false)) - nothing was judged and nothing is
+      wrong; the caller skips what needs a GPU. False everywhere else.
   returned: always
   type: bool
   sample: false
@@ -101,7 +121,8 @@ problems:
 concerns:
   description:
     - What only warns (persistence off, aggregate ECC, the software power cap, application XIDs, an unreadable kernel log,
-      a DCGM diagnostic that could not run, and in O(phase=post) temperature and thermal clock events).
+      a DCGM diagnostic that could not run, a reading the GPU should give that is missing or N/A, and in O(phase=post)
+      temperature and thermal clock events).
   returned: always
   type: list
   elements: str
@@ -111,6 +132,9 @@ gpus:
   description:
     - Each GPU's readings from C(nvidia-smi -q -x) (those in O(devices), or all), with the XIDs matched to its PCI
       address (C(xid)) and the names of the readings that crossed a rule (C(problems)).
+    - C(unknown) names the readings this GPU should give and did not (missing or N/A), each a concern; none is read
+      as 0 or No. A reading the GPU legitimately leaves N/A is null and not a concern - page retirement on a GPU that
+      remaps rows (Ampere and later, as the real H200 reports it), row remapping on one that retires pages.
   returned: always
   type: list
   elements: dict
@@ -123,7 +147,7 @@ gpus:
       temperature_c: 33
       ecc_uncorrectable_volatile: 0
       ecc_uncorrectable_aggregate: 0
-      retired_pages_pending: false
+      retired_pages_pending: null
       remapped_rows_pending: true
       remapped_rows_failure: false
       throttle: []
@@ -132,17 +156,22 @@ gpus:
       power_capped: false
       clock_events: [gpu_idle]
       xid: [13]
+      unknown: []
       problems: [remapped_rows_pending]
 xid_events:
   description:
-    - The kernel log's C(NVRM Xid) lines since O(since) (or O(within_s)), each with its PCI address, XID and line.
-    - Null when the kernel log could not be read or nvidia-smi failed (unknown, not clean).
+    - The kernel log's C(NVRM Xid) lines since O(since) (or O(within_s)), each with its PCI address, XID, C(mig) (the MIG
+      instance the driver names, e.g. C(GPU-I:05 GPU-CI:00), empty for none) and line; a line in a form not known here
+      has C(xid) null and is a problem.
+    - Null when the kernel log could not be read, or nvidia-smi failed or is missing on a host meant to have a GPU
+      (unknown, not clean).
   returned: always
   type: list
   elements: dict
   sample:
     - pci: "0000:00:06"
       xid: 13
+      mig: ""
       line: >-
         1796126001.204318 vm kernel: NVRM: Xid (PCI:0000:00:06): 13, pid=48213, name=python3,
         Graphics Exception: ESR 0x50df30=0x102000e
@@ -169,7 +198,9 @@ msg:
   description: Why nothing was judged.
   returned: when the host has no nvidia-smi
   type: str
-  sample: "no nvidia-smi on this host: no GPU to judge"
+  sample: >-
+    no nvidia-smi on this host, which is declared to have no GPU (required=false): nothing judged;
+    there is no GPU here to be healthy or sick
 """
 
 import re
@@ -177,7 +208,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, rules_problems, xid_events
+from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, rules_problems, without_smi, xid_events
 from ansible.module_utils.bc_host import HEARTBEAT_OPTION, CommandError, beat_for, check_timeout
 from ansible.module_utils.bc_host import run as host_run
 
@@ -232,6 +263,7 @@ SPEC: dict[str, Any] = {
     "since": {"type": "float", "default": 0},
     "within_s": {"type": "float", "default": 0},
     "devices": {"type": "list", "elements": "int", "default": []},
+    "required": {"type": "bool", "default": True},
     "dcgm": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
     "rules": {"type": "dict", "default": {}},
     "command_timeout": {"type": "float", "default": 120},
@@ -278,17 +310,17 @@ def main() -> None:
         module.fail_json(msg="rules: " + "; ".join(bad))
     now = time.time()
     smi = module.get_bin_path("nvidia-smi")
-    if not smi:
-        module.exit_json(changed=False, checked=False, healthy=True, problems=[], concerns=[], gpus=[], xid_events=[],
-                         kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now,
-                         msg="no nvidia-smi on this host: no GPU to judge")
+    if not smi:  # never healthy: a problem unless the host is declared GPU-less
+        verdict = without_smi(p["required"], p["expect"] + [str(i) for i in p["devices"]])
+        module.exit_json(changed=False, concerns=[], xid_events=[] if verdict["no_gpu"] else None, kernel_log="",
+                         dcgm={"ran": False, "failed": []}, host_time=now, **verdict)
     try:
         rc, out, err = host_run([smi, "-q", "-x"], p["command_timeout"])
         if rc != 0:
             raise ValueError("nvidia-smi -q -x exited %d: %s" % (rc, (err or out).strip()[:300]))
         gpus = parse_smi_xml(out)
     except (CommandError, ValueError) as err:  # a GPU that cannot be read is not a healthy one
-        module.exit_json(changed=False, checked=True, healthy=False, problems=["%s (a wedged GPU or driver?)" % err],
+        module.exit_json(changed=False, checked=True, healthy=False, no_gpu=False, problems=["%s (a wedged GPU or driver?)" % err],
                          concerns=[], gpus=[], xid_events=None, kernel_log="", dcgm={"ran": False, "failed": []}, host_time=now)
     if p["devices"]:
         gpus = [g for g in gpus if g["index"] in p["devices"]]
@@ -298,7 +330,8 @@ def main() -> None:
     if dcgm["why"] and p["dcgm"] == "auto":
         verdict["warnings"].append("DCGM diagnostic not run: %s" % dcgm["why"])
     verdict["concerns"] = verdict.pop("warnings")  # `warnings` is Ansible's own key: it would be taken out of the result
-    module.exit_json(changed=False, checked=True, xid_events=xids, kernel_log=source, dcgm=dcgm, host_time=now, **verdict)
+    module.exit_json(changed=False, checked=True, no_gpu=False, xid_events=xids, kernel_log=source, dcgm=dcgm, host_time=now,
+                     **verdict)
 
 
 if __name__ == "__main__":

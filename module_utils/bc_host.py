@@ -167,11 +167,6 @@ def _abbreviates(name: str, *flags: str) -> bool:
     return any(flag.startswith(name) and name != flag for flag in flags)
 
 
-def abbreviated(argv: list[str], flag: str) -> bool:
-    """Whether a token of `argv` abbreviates `flag` (argparse would read it as `flag`: what it says is unknown here)."""
-    return any(_abbreviates(_flag_name(arg), flag) for arg in argv if _flag_name(arg))
-
-
 def flag_on(argv: list[str], flag: str) -> bool | None:
     """Whether a boolean `flag` is on in `argv`: the last of `--flag` and `--no-flag` given wins (argparse's
     BooleanOptionalAction; `_` read as `-`); None (unknown) when a token abbreviates either, which argparse would
@@ -207,6 +202,31 @@ def flag_value(argv: list[str], flag: str) -> str | None:
         elif _abbreviates(name, flag):
             return None
     return value
+
+
+def _short_name(arg: str) -> str:
+    """The option name of a short (single-dash) argv token, without its `=value`; "" for any other token."""
+    return arg.split("=", 1)[0] if len(arg) > 1 and arg[0] == "-" and arg[1] != "-" else ""
+
+
+def option_values(argv: list[str], spellings: list[str], others: tuple[str, ...] = ()) -> list[str | None] | None:
+    """Every value `argv` gives one option spelt any of `spellings` (long `--name` with `_` read as `-`, short `-n`;
+    `NAME V` or `NAME=V`), in order, None where a spelling is given with no value (a flag follows, or the end); None
+    (unknown) when a token abbreviates a spelling, which argparse (allow_abbrev, long and short) would read as it,
+    unless it is one of `others`, options of their own (`-dp` beside `-dpl`: argparse takes an exact name first)."""
+    values: list[str | None] = []
+    for i, arg in enumerate(argv):
+        name = _flag_name(arg) or _short_name(arg)
+        if not name:
+            continue
+        if name in spellings:
+            if "=" in arg:
+                values.append(arg.split("=", 1)[1])
+            else:
+                values.append(argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None)
+        elif name not in others and _abbreviates(name, *spellings):
+            return None
+    return values
 
 
 def loopback(host: str | None) -> bool:

@@ -50,11 +50,12 @@ def previous_run(history: list[dict[str, Any]], host: str, result: dict[str, Any
 
 
 def health_summary(health: dict[str, Any] | None) -> dict[str, Any]:
-    """The GPU health readings of the cycle, per phase: healthy, the problems, and per GPU its
+    """The GPU health readings of the cycle, per phase: healthy, no_gpu (a host declared GPU-less, nothing judged),
+    the problems, and per GPU its
     temperature, volatile uncorrectable ECC errors and XIDs (what the history keeps)."""
     out = {}
     for phase, report in sorted((health or {}).items()):
-        out[phase] = {"healthy": report.get("healthy"), "problems": report.get("problems", []),
+        out[phase] = {"healthy": report.get("healthy"), "no_gpu": report.get("no_gpu") is True, "problems": report.get("problems", []),
                       "gpus": [{k: g.get(k) for k in ("index", "uuid", "temperature_c", "ecc_uncorrectable_volatile", "xid")}
                                for g in report.get("gpus", [])]}
     return out
@@ -237,7 +238,8 @@ def render(host: str, stamp: str, primary: dict[str, Any], previous: dict[str, A
         for phase, report in summary.items():
             for gpu in report["gpus"] or [{}]:
                 lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-                    phase, "yes" if report["healthy"] else "**NO**", gpu.get("index", "-"), gpu.get("temperature_c", "-"),
+                    phase, "no GPU (none expected)" if report["no_gpu"] else "yes" if report["healthy"] else "**NO**",
+                    gpu.get("index", "-"), gpu.get("temperature_c", "-"),
                     gpu.get("ecc_uncorrectable_volatile", "-"), ",".join(map(str, gpu.get("xid") or [])) or "-",
                     "; ".join(report["problems"]).replace("|", "/") or "-"))
     return "\n".join(lines) + "\n"

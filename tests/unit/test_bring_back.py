@@ -56,10 +56,15 @@ def test_what_the_bring_back_starts_resumes_restarts_and_routes(state, start, re
     ({"gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": True}, False),
     ({"gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": False}, True),
     ({"gpu_pre": True, "gpu_swept": True}, True),  # the check should have run and left no reading: not healthy
+    # the pre-check found a host declared GPU-less (gpu_health's no_gpu): no GPU to judge after the sweep
+    ({"gpu_pre": True, "gpu_none": True, "gpu_swept": True}, False),
+    ({"gpu_pre": True, "gpu_none": False, "gpu_swept": True}, True),
+    # a report that is there is believed either way
+    ({"gpu_pre": True, "gpu_none": True, "gpu_swept": True, "gpu_post_healthy": False}, True),
 ])
 def test_a_gpu_check_that_left_no_reading_is_a_sick_gpu(gpu, sick):
     got = decide(stopped=True, lb_out=True, **gpu)
-    assert got["gpu_check"] is bool(gpu.get("gpu_pre") and gpu.get("gpu_swept"))
+    assert got["gpu_check"] is bool(gpu.get("gpu_pre") and gpu.get("gpu_swept") and not gpu.get("gpu_none"))
     assert got["gpu_sick"] is sick
     assert (got["gpu_failure"] != "") is sick
 
@@ -95,6 +100,9 @@ def test_a_sick_gpu_beside_a_service_never_taken_out_says_to_take_it_out_by_hand
     ({"stopped": "yes"}, "stopped='yes' is not true or false; read as True", {"start": True}),
     ({"inherited": {"released": 1}}, "the lock's record released=1 is not true or false; read as True", {"restart": True}),
     ({"stopped": True, "gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": "unknown"}, "", {"gpu_sick": True}),
+    # a no-GPU flag it cannot read owes the check after the sweep
+    ({"stopped": True, "gpu_pre": True, "gpu_swept": True, "gpu_none": "yes"}, "gpu_none='yes' is not true or false",
+     {"gpu_check": True, "gpu_sick": True}),
 ])
 def test_what_it_cannot_read_is_decided_the_safe_way_and_named_never_raised(state, says, safe):
     got = bring_back(dict(BASE, **state))

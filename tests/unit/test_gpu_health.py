@@ -141,9 +141,43 @@ def module_with(tmp_path: Path, xml: str | None, args: dict | None = None) -> di
         os.environ.update(old)
 
 
+# a missing nvidia-smi never reads healthy: a problem naming the tool and the fix on a host meant to have a GPU (the
+# default), on one whose GPUs are asked for or were seen before; only a host declared GPU-less is no_gpu, said plainly
+@pytest.mark.parametrize(("required", "expect", "no_gpu", "said"), [
+    (True, [], False, "this host is expected to have a GPU"),
+    (False, [], True, "declared to have no GPU (required=false): nothing judged"),
+    (False, ["GPU-17e71e43"], False, "GPU(s) GPU-17e71e43 were asked for or seen before"),
+    (True, ["0"], False, "GPU(s) 0 were asked for"),
+])
+def test_no_nvidia_smi_is_never_healthy_and_a_problem_unless_the_host_is_declared_gpu_less(required, expect, no_gpu, said):
+    from ansible.module_utils.bc_gpuhealth import without_smi
+
+    got = without_smi(required, expect)
+    assert got["checked"] is False and got["healthy"] is False and got["no_gpu"] is no_gpu, got
+    assert said in (got["msg"] if no_gpu else got["problems"][0]), got
+    assert (got["problems"] == []) is no_gpu
+    if not no_gpu:
+        assert "Install the NVIDIA driver's utilities" in got["problems"][0] and "required=false" in got["problems"][0]
+
+
+SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")  # where Ansible's get_bin_path looks beside PATH
+
+
+@pytest.mark.skipif(any(Path(d, "nvidia-smi").exists() for d in os.environ["PATH"].split(":") + list(SBIN)),
+                    reason="this machine has an nvidia-smi")
+@pytest.mark.parametrize(("args", "no_gpu"), [({}, False), ({"required": False}, True), ({"required": False, "devices": [0]}, False)])
+def test_the_module_without_nvidia_smi(args, no_gpu):
+    r = adhoc("gpu_health", dict({"dcgm": "never"}, **args))
+    assert r["_status"] == "SUCCESS" and not r["checked"] and not r["healthy"] and r["no_gpu"] is no_gpu, r
+    assert bool(r["problems"]) is not no_gpu and (r["problems"] or [r["msg"]])[0].startswith(
+        "no nvidia-smi on this host, which is declared" if no_gpu else "nvidia-smi is not on this host's PATH"), r
+
+
 def test_the_module_reads_the_real_report_healthy(tmp_path):
     r = module_with(tmp_path, H200)
     assert r["_status"] == "SUCCESS" and r["checked"] and r["healthy"] and r["gpus"][0]["uuid"].startswith("GPU-17e71e43")
+    assert r["no_gpu"] is False, r
+    assert module_with(tmp_path, H200, {"required": False})["healthy"]  # a GPU that is there is judged either way
 
 
 def test_the_module_names_a_remap_pending_and_never_fails_itself(tmp_path):
@@ -194,6 +228,54 @@ def test_a_gpu_with_no_readings_fails_and_an_unknown_reading_is_a_concern():
     assert not verdict["healthy"] and any("no readings" in p for p in verdict["problems"]), verdict
 
 
+def in_aggregate(old: str, new: str) -> str:
+    """The real report with one reading of the aggregate ECC scope changed."""
+    head, tail = H200.split("<aggregate>", 1)
+    assert old in tail.split("</aggregate>", 1)[0], old
+    return head + "<aggregate>" + tail.replace(old, new, 1)
+
+
+NO_REMAP = faulty("<remapped_row_pending>No</remapped_row_pending>", "<remapped_row_pending>N/A</remapped_row_pending>",
+                  faulty("<remapped_row_failure>No</remapped_row_failure>", "<remapped_row_failure>N/A</remapped_row_failure>"))
+
+
+# A reading this GPU should give that reads N/A (or is missing) is unknown: a concern naming it, never a 0 or a No.
+# Where the real H200 leaves a field N/A legitimately (page retirement, replaced by row remapping since Ampere),
+# it stays quiet: test_the_real_h200_reads_healthy has no concern at all.
+@pytest.mark.parametrize(("report", "healthy", "said"), [
+    (faulty("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>N/A</dram_uncorrectable>"), True,
+     "ecc_uncorrectable_volatile unknown"),
+    (faulty("<dram_uncorrectable>0</dram_uncorrectable>", ""), True, "ecc_uncorrectable_volatile unknown"),
+    (in_aggregate("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>N/A</dram_uncorrectable>"), True,
+     "ecc_uncorrectable_aggregate unknown"),
+    # errors a counter does count fail whatever the N/A beside them
+    (faulty("<sram_uncorrectable_parity>0<", "<sram_uncorrectable_parity>2<",
+            faulty("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>N/A</dram_uncorrectable>")), False,
+     "ecc_uncorrectable_volatile=2"),
+    (faulty("<remapped_row_pending>No</remapped_row_pending>", "<remapped_row_pending>N/A</remapped_row_pending>"), True,
+     "remapped_rows_pending unknown"),
+    (faulty("<remapped_row_failure>No</remapped_row_failure>", "<remapped_row_failure>N/A</remapped_row_failure>"), True,
+     "remapped_rows_failure unknown"),
+    # neither row remapping nor page retirement reported: no pending repair is not known
+    (NO_REMAP, True, "retired_pages_pending, remapped_rows_pending, remapped_rows_failure unknown"),
+], ids=["dram-volatile-na", "dram-volatile-missing", "dram-aggregate-na", "sram-counts-beside-na", "remap-pending-na",
+        "remap-failure-na", "no-repair-reading"])
+def test_a_reading_the_gpu_should_give_that_reads_na_is_a_concern_naming_it(report, healthy, said):
+    verdict = judge(parse_smi_xml(report), [], [])
+    assert verdict["healthy"] is healthy, verdict
+    assert any(said in text for text in verdict["warnings"] + verdict["problems"]), verdict
+
+
+def test_a_gpu_that_retires_pages_instead_of_remapping_rows_is_judged_by_retirement():
+    older = faulty("<pending_retirement>N/A</pending_retirement>", "<pending_retirement>No</pending_retirement>", NO_REMAP)
+    gpus = parse_smi_xml(older)
+    assert gpus[0]["retired_pages_pending"] is False and gpus[0]["remapped_rows_pending"] is None
+    verdict = judge(gpus, [], [])
+    assert verdict["healthy"] and verdict["warnings"] == [], verdict
+    pending = judge(parse_smi_xml(older.replace("<pending_retirement>No<", "<pending_retirement>Yes<")), [], [])
+    assert not pending["healthy"] and "retired_pages_pending=True" in pending["problems"][0]
+
+
 def test_a_gpu_that_vanished_since_the_first_check_fails():
     gpus = parse_smi_xml(H200)
     assert judge(gpus, [], [], phase="post", expect=[gpus[0]["uuid"]])["healthy"]
@@ -207,12 +289,23 @@ def test_a_gpu_that_vanished_since_the_first_check_fails():
     "kernel: NVRM: Xid (0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
     "NVRM: Xid (PCI:0000:00:06.0): 48, pid=77, An uncorrectable double bit error",
     "NVRM: Xid (0000:00:06.0): 119, pid=1, Timeout after 6s of waiting for RPC response",
+    # a MIG GPU: the driver names the GPU instance (and the compute instance) after the address (kernel_rc.c)
+    "NVRM: Xid (PCI:0000:00:06 GPU-I:05): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+    "NVRM: Xid (PCI:0000:00:06 GPU-I:05 GPU-CI:00): 48, pid=77, An uncorrectable double bit error",
 ])
 def test_xids_are_read_in_every_documented_format(line):
     events = xid_events(line)
     assert len(events) == 1 and events[0]["xid"] in (79, 48, 119), events
+    assert events[0]["mig"] == ("GPU-I:05" + (" GPU-CI:00" if "GPU-CI" in line else "") if "GPU-I" in line else "")
     verdict = judge(parse_smi_xml(H200), events, [])
     assert not verdict["healthy"] and any("xid=" in p for p in verdict["problems"]), verdict
+
+
+def test_an_xid_line_in_a_form_not_known_here_is_a_problem_not_no_xid():
+    events = xid_events("kernel: NVRM: Xid (PCI:0000:00:06 GPU-X:9): 79, pid=1, GPU has fallen off the bus.")
+    assert events and events[0]["xid"] is None, events
+    verdict = judge(parse_smi_xml(H200), events, [])
+    assert not verdict["healthy"] and "an XID line in a form this check cannot read" in verdict["problems"][0], verdict
 
 
 def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):
@@ -230,3 +323,14 @@ def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):
     assert "## GPU health" in report and "| post | **NO** | 0 | 91 |" in report and "temperature_c=91" in report
     line = json.loads(history.read_text())
     assert line["gpu_health"]["pre"]["healthy"] is True and line["gpu_health"]["post"]["gpus"][0]["temperature_c"] == 91
+
+
+def test_a_host_declared_gpu_less_is_reported_as_having_no_gpu_not_as_healthy_or_sick():
+    from ansible.module_utils.bc_gpuhealth import without_smi
+    from ansible.module_utils.bc_report import health_summary, render
+
+    pre = dict(without_smi(False), concerns=[], host_time=1.0)
+    assert health_summary({"pre": pre})["pre"]["no_gpu"] is True
+    result = json.loads((ROOT / "tests/unit/fixtures/h200/sweep-tp1-sglang-k26.json").read_text())
+    text = render("lab", "20261201T000000Z", result, None, "plot.png", {"pre": pre})
+    assert "| pre | no GPU (none expected) | - |" in text and "**NO**" not in text and "| yes |" not in text

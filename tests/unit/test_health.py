@@ -210,6 +210,21 @@ def running(argv: list[str] | None, environ: dict | None = None) -> dict | None:
     ('{"server_load":0}', [*VLLM_ARGV, "--api-server-count", "4"], None, None, "--api-server-count 4"),
     ('{"server_load":0}', [*VLLM_ARGV, "--data-parallel-size=2"], None, None, "--data-parallel-size 2"),
     ('{"server_load":0}', [*VLLM_ARGV, "--api-server", "2"], None, None, "abbreviates"),
+    # every spelling vLLM 0.32 takes (module_utils/bc_engines.py cites its source): short, `=`, `_` for `-`, the local
+    # size of hybrid LB mode; a value that is no number, or none, is unknown: never one process
+    ('{"server_load":0}', [*VLLM_ARGV, "-dp", "2"], None, None, "--data-parallel-size 2"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-dp=2"], None, None, "--data-parallel-size 2"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--data_parallel_size", "2"], None, None, "--data-parallel-size 2"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--data_parallel_size=4"], None, None, "--data-parallel-size 4"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-asc", "3"], None, None, "--api-server-count 3"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-as", "3"], None, None, "abbreviates"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-dpl", "2", "--data-parallel-hybrid-lb"], None, None, "--data-parallel-size-local 2"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-dp", "1", "-dp", "2"], None, None, "--data-parallel-size 2"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-dp", "two"], None, None, "'two', not a number"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--data-parallel-size="], None, None, "'', not a number"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-dp", "--host", "0.0.0.0"], None, None, "no value"),
+    ('{"server_load":0}', [*VLLM_ARGV, "--config", "/etc/vllm.yaml"], None, None, "reads settings from --config"),
+    ('{"server_load":0}', [*VLLM_ARGV, "-dp", "1", "--api_server_count=1", "-dpl=1"], None, 0.0, ""),
     ('{"server_load":0}', VLLM_ARGV, {"VLLM_USE_RUST_FRONTEND": "1"}, None, "VLLM_USE_RUST_FRONTEND=1"),
     ('{"server_load":0}', None, None, None, "main process was not read"),  # no unit given: unknown, never 0
     ('{"server_load":-1}', VLLM_ARGV, None, None, "not a count"),

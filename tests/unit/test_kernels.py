@@ -264,12 +264,25 @@ def test_one_sizing_of_every_tensor_parallel_run_the_largest_rules():
     tp8 = dict(tp1, need_mib=9800, estimate_peak_gib=8.7, fits=True)
     got = preflight([tp8, tp1])
     assert got == {"need_mib": 58000, "need_gib": 52.5, "fits": False, "has_gpu": True, "free_mib": 7000, "free_gib": 6.8,
-                   "oom_kills": 0, "why": ""}
+                   "oom_kills": 0, "why": "", "gpu_expected": True}  # a result that does not say its backends: expected
     nowhere = dict(tp1, runnable=False, why="the sweep needs ~160 GiB and GPU 0 has 139.8 GiB in all")
     assert preflight([tp8, nowhere, nowhere])["why"] == nowhere["why"]  # each reason once
     assert preflight([dict(tp8, gpus=[])])["has_gpu"] is False
     with pytest.raises(ValueError, match="no preflight results"):
         preflight([])
+
+
+@pytest.mark.parametrize(("backends", "expected"), [
+    (["sglang", "triton", "torch"], True), (["torch", "triton_tuned"], True), (["triton"], True),
+    (["torch"], False),  # the CPU reference alone: the host may be declared GPU-less
+    ([], True),  # not said: a GPU is expected
+])
+def test_a_gpu_is_expected_wherever_a_backend_runs_only_on_one(backends, expected):
+    from bc_filters import preflight
+
+    plan = {"need_mib": 1, "estimate_peak_gib": 0.1, "fits": True, "runnable": True, "why": "", "gpus": [],
+            "free_mib": 0, "free_gib": 0, "backends": backends}
+    assert preflight([plan])["gpu_expected"] is expected
 
 
 def test_the_primary_backend_must_run_and_a_repeated_routing_is_refused(tmp_path):
