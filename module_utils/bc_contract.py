@@ -597,11 +597,11 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
     required = effective.get("bc_api_key_required") not in (False, "false", "False", "no", 0)
     if "bc_api_key" in contract and "bc_api_key" not in bad and not effective.get("bc_api_key") and required:
         # the host's part (a unit that has a key today) is the preflight's, once it has read the host
-        out.append(key_problem("", "", True, "", "").replace(" Nothing was touched.", ""))
+        out.append(key_problem("", "", True, "", "").replace(" Nothing was touched.", "").rstrip("."))
     return [_scrub(m, secrets) for m in dict.fromkeys(out)]
 
 
 def _missing(contract: dict[str, dict[str, Any]], known: dict[str, Any]) -> list[str]:
     """Each required setting that is not given, all of them at once (one run names every one)."""
-    return ["%s is not given: set it in the inventory (or -e, or AWX): %s" % (name, spec.get("description", ""))
+    return ["%s is not given: set it in the inventory (or -e, or AWX): %s" % (name, str(spec.get("description", "")).rstrip("."))
             for name, spec in contract.items() if spec.get("required") and name not in known]
