@@ -91,6 +91,10 @@ def option(setting: dict[str, Any]) -> dict[str, Any]:
         text += " Empty: %s." % setting["empty"]
     elif setting.get("nonempty"):
         text += " Never empty."
+    if setting.get("max_items"):
+        text += " At most %s items%s." % (setting["max_items"], ", each once" if setting.get("unique") else "")
+    if setting.get("required"):
+        text += " Required."
     if "default" not in setting:
         text += " No default: derived in playbooks/vars/cycle.yml, or required (the preflight names it)."
     out["description"] = text

@@ -8,6 +8,7 @@ import difflib
 import json
 import os
 import re
+import stat
 from typing import Any
 
 
@@ -193,6 +194,26 @@ def settings_problems(given: dict[str, Any], contract: dict[str, dict[str, Any]]
     return _problems(contract, given)
 
 
+def moe_config_dir_host_problem(path: str, found: dict[str, Any]) -> str:
+    """'' when `path` (bc_engine_settings.moe_config_dir) is on the host as a directory that only its
+    owner's and group's users can write; else why not. `found` is ansible.builtin.stat's `stat` (its
+    target, followed): a missing one, a file, one any user may write (who could put configs into the
+    server's kernels) are refused."""
+    field = "bc_engine_settings.moe_config_dir=%s" % path
+    if not found or not found.get("exists"):
+        return "%s does not exist on the host: create it (the tuned configs go in it) or leave the setting out" % field
+    if not found.get("isdir"):
+        return "%s is not a directory on the host: give the directory of the tuned configs" % field
+    try:
+        mode = int(str(found.get("mode")), 8)
+    except ValueError:
+        return "%s: its mode could not be read (%r): give a directory the cycle can stat" % (field, found.get("mode"))
+    if mode & stat.S_IWOTH:
+        return ("%s is world-writable (mode %04o): any user could put a config into the server's kernels; chmod o-w it"
+                % (field, mode))
+    return ""
+
+
 def key_problem(given_key: Any, unit: str, required: Any, env_text: str, secret_text: str, engine: str, files: str) -> str:
     """'' when the cycle may go on with this API key; else why not, from the key the installed unit
     has today (its environment and secrets files, read from the host)."""
@@ -361,7 +382,7 @@ class FilterModule:
             "bc_name_list": name_list,
             "bc_oom_kills_since": oom_kills_since,
             "bc_unit_name": unit_name, "bc_hook_secrets": hook_secrets, "bc_key_problem": key_problem,
-            "bc_server_keys": server_keys,
+            "bc_server_keys": server_keys, "bc_moe_config_dir_problem": moe_config_dir_host_problem,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,

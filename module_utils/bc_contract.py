@@ -9,7 +9,10 @@ its default, and the keys read here:
 - `empty: "..."`: what an empty value means, where empty is a legitimate choice;
 - `choices`: the values Ansible's own check takes;
 - `comma_string: true`: a list that may come as "1,8" (an AWX survey answer); other lists and mappings
-  must be given as such, and no setting may be null (an empty YAML value is not "absent").
+  must be given as such, and no setting may be null (an empty YAML value is not "absent");
+- `required: true`: a setting that must be given (every one missing is named, in one verdict);
+- `max_items: N`: a list (or mapping) longer than N is refused before anything reads its items;
+- `unique: true`: a list of choices with an item twice is refused.
 `problems(contract, given)` is the preflight's one verdict on the given values, before anything is
 touched: every message names the setting and the fix, and never quotes a secret's value. The checks
 that need the host (the key the installed unit has today) are `key_problem`.
@@ -17,9 +20,11 @@ that need the host (the key the installed unit has today) are `key_problem`.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from ansible.module_utils.bc_engines import ENGINES, setting_problems, version_key
 from ansible.module_utils.bc_gpuhealth import rules_problems
@@ -40,7 +45,11 @@ SECRET_WORD = re.compile(r"(?i)(?:^|[^a-z])(api[-_]?key|token|secret|passw(?:or)
 HOOK_KEYS = {"argv": {"argv", "timeout", "check"}, "url": {"url", "method", "body", "headers", "status_code", "timeout", "check"}}
 # the MoE shape the sweep takes (bc_marlin), each a positive whole number
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits")
-SERIAL_HINT = "give a whole number of hosts >= 1, a share such as '25%' (1-100%), or a list of them, e.g. [1, '50%']"
+SERIAL_HINT = "give a whole number of hosts from 1 to %d, a share such as '25%%' (1-100%%), or a list of them, e.g. [1, '50%%']"
+SERIAL_MAX = 10000  # the contract's range of bc_serial, where it gives none
+# what an HTTP header may carry, and what a key or token is made of: printable ASCII, no space
+HEADER_SAFE = re.compile(r"^[\x21-\x7e]+\Z")
+HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?\Z")
 
 
 def _items(value: Any) -> list[Any]:
@@ -118,25 +127,77 @@ def version_problem(version: Any, field: str = "bc_engine_version") -> str:
     return ""
 
 
-def serial_problem(value: Any) -> str:
+def serial_problem(value: Any, high: int = SERIAL_MAX) -> str:
     """'' for a batch size Ansible's `serial` takes and that rolls the fleet in batches: a whole
-    number >= 1, a share 'N%' (0 < N <= 100), or a non-empty list of them. 0, a negative, 0% and
-    an empty list would put every host in one batch (ansible-core's playbook_executor)."""
+    number from 1 to `high`, a share 'N%' (0 < N <= 100), or a non-empty list of them, written without
+    spaces. 0, a negative, 0% and an empty list would put every host in one batch (ansible-core's
+    playbook_executor); a huge number is counted out host by host there (`for x in range(serial)`: the
+    job spins), and '50% ' (a trailing space) is read by its pct_to_int as int('50% '), a traceback."""
     items = value if isinstance(value, list) else [value]
+    hint, shown = SERIAL_HINT % high, repr(value)[:60]
     if not items:
-        return "bc_serial is empty: " + SERIAL_HINT
+        return "bc_serial is empty: " + hint
     for item in items:
-        if isinstance(item, bool) or item is None:
-            return "bc_serial=%r: %s" % (value, SERIAL_HINT)
-        text = str(item).strip()
-        match = re.fullmatch(r"(\d+)\s*%", text)  # ansible-core's pct_to_int takes whole percentages only
+        if isinstance(item, bool) or item is None or isinstance(item, (list, dict)):
+            return "bc_serial=%s: %s" % (shown, hint)
+        text = str(item)
+        if re.search(r"\s", text):
+            return "bc_serial=%s holds whitespace: write it without spaces, e.g. '50%%' or 2 (ansible-core's serial cannot " \
+                   "read it); %s" % (shown, hint)
+        match = re.fullmatch(r"([0-9]+)%", text)  # ansible-core's pct_to_int takes whole percentages only
         if match:
-            share = int(match.group(1))
-            if not 0 < share <= 100:
-                return "bc_serial=%r: a share must be above 0%% and at most 100%%; %s" % (value, SERIAL_HINT)
+            if not 0 < int(match.group(1)) <= 100:
+                return "bc_serial=%s: a share must be above 0%% and at most 100%%; %s" % (shown, hint)
             continue
-        if not re.fullmatch(r"\d+", text) or int(text) < 1:
-            return "bc_serial=%r: %s (0 or a negative would drain every host at once)" % (value, SERIAL_HINT)
+        if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+            return "bc_serial=%s: %s (0 or a negative would drain every host at once)" % (shown, hint)
+        if len(text) > 12 or int(text) > high:
+            return "bc_serial=%s: give at most %d hosts a batch (ansible-core would count a larger one out host by host, " \
+                   "spinning); %s" % (shown, high, hint)
+    return ""
+
+
+def url_problem(field: str, url: Any) -> str:
+    """'' for a base URL whose host is the one an operator reads in it: http(s), a host (a name, an IPv4
+    or a bracketed IPv6 address) and an optional port, a path; no user-info ('http://host:port@other'
+    sends every request, and its key, to `other`), no query, fragment, backslash, whitespace or
+    non-ASCII character (a look-alike host). Never raises."""
+    text = url if isinstance(url, str) else ""
+    fix = "give http(s)://HOST[:PORT][/PATH], e.g. http://127.0.0.1:30001"
+    if not text:
+        return "%s must be a URL: %s" % (field, fix)
+    shown = text[:80].encode("ascii", "backslashreplace").decode()
+    if not HEADER_SAFE.match(text) or "\\" in text:
+        return "%s=%s holds whitespace, a backslash, a control or a non-ASCII character: %s" % (field, shown, fix)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as err:
+        return "%s=%s cannot be read as a URL (%s): %s" % (field, shown, err, fix)
+    if parts.scheme not in ("http", "https"):
+        return "%s=%s: the scheme must be http or https; %s" % (field, shown, fix)
+    if "@" in parts.netloc:
+        return "%s=%s has user-info (what stands before @ is not the host: requests, and their key or token, would go to %s); %s" % (
+            field, shown, parts.hostname, fix)
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        return "%s=%s has a query or fragment: give the server's base URL only; %s" % (field, shown, fix)
+    host = parts.hostname or ""
+    try:
+        bracketed = parts.netloc.startswith("[") and ipaddress.ip_address(host).version == 6
+    except ValueError:
+        bracketed = False
+    if not (bracketed or HOSTNAME.match(host)) or port == 0 or (port is None and parts.netloc.endswith(":")):
+        return "%s=%s: %r is not a host name or address (with a port from 1 to 65535); %s" % (field, shown, host, fix)
+    return ""
+
+
+def moe_config_dir_problem(value: Any, field: str = "bc_engine_settings.moe_config_dir") -> str:
+    """'' for the directory SGLang's loader reads tuned MoE configs from (SGLANG_MOE_CONFIG_DIR): an
+    absolute path with no '..' (the server's working directory is not the operator's), one line."""
+    text = value if isinstance(value, str) else ""
+    if not text.startswith("/") or ".." in text.split("/") or CONTROL.search(text) or "\t" in text:
+        return ("%s=%s: give an absolute path with no '..' (the directory of tuned Triton MoE configs on the host, e.g. "
+                "/var/lib/benchmark-cycle/moe-config)" % (field, str(value)[:80].encode("ascii", "backslashreplace").decode()))
     return ""
 
 
@@ -295,20 +356,48 @@ def _field_problems(contract: dict[str, dict[str, Any]], given: dict[str, Any], 
             hint = ": quote it in YAML (the value is not shown)" if spec.get("no_log") else ""
             out.append("%s must be text, not a %s%s" % (name, type(value).__name__, hint))
             continue
-        if "range" in spec and not (spec.get("type") == "list" and not typed.get(name)):
+        if "range" in spec and spec.get("type") != "raw" and not (spec.get("type") == "list" and not typed.get(name)):
             problem = _range_problem(name, spec, typed.get(name), value)
             if problem:
                 out.append(problem)
+                continue
+        items = typed.get(name)
+        if spec.get("unique") and isinstance(items, list):
+            twice = [item for i, item in enumerate(items) if item in items[:i]]
+            if twice:
+                out.append("%s=%s lists %s more than once: give each once (it is a set of choices)" % (
+                    name, str(value)[:60], ", ".join(map(str, dict.fromkeys(twice)))))
     return out
 
 
-def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
-    """What a value must look like beyond its type (v: the given values, e: every effective one)."""
+def _size_problem(name: str, spec: dict[str, Any], value: Any) -> str:
+    """A list (or mapping, or comma-separated answer) longer than the contract's max_items, refused
+    before anything reads its items: a huge one would make the preflight and its loops take minutes."""
+    most = spec.get("max_items")
+    if not most:
+        return ""
+    count = len(value) if isinstance(value, (list, dict)) else value.count(",") + 1 if (
+        isinstance(value, str) and spec.get("comma_string")) else 0
+    if count > most:
+        return "%s has %d items: give at most %d (playbooks/vars/contract.yml max_items)" % (name, count, most)
+    return ""
+
+
+def _value_problems(v: dict[str, Any], e: dict[str, Any], high: int = SERIAL_MAX) -> list[str]:
+    """What a value must look like beyond its type (v: the given values, e: every effective one; high:
+    the most hosts a batch, bc_serial's range)."""
     out: list[str] = []
     key = v.get("bc_api_key")
     if isinstance(key, str) and key and (CONTROL.search(key) or re.search(r"\s", key)):
         out.append("bc_api_key holds whitespace or a control character (a trailing newline from a file?): strip it "
                    "(the value is not shown)")
+    elif isinstance(key, str) and key and not HEADER_SAFE.match(key):
+        out.append("bc_api_key holds a character that cannot go in an HTTP header (outside printable ASCII: a byte-order "
+                   "mark from an editor, a typographic quote?): save the key as plain ASCII (the value is not shown)")
+    if v.get("bc_url"):
+        problem = url_problem("bc_url", v["bc_url"])
+        if problem:
+            out.append(problem)
     for field in ("bc_service_user", "bc_service_group"):
         if v.get(field) and not POSIX_NAME.match(str(v[field])):
             out.append("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, str(v[field])[:40]))
@@ -336,8 +425,11 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
             out.append("bc_grafana_annotation: unknown key(s) %s; its keys are url, token, dashboard_uid, tags" % ", ".join(unknown))
         if not re.match(r"^https?://[^\s/]+", str(grafana.get("url", ""))):
             out.append("bc_grafana_annotation needs url: http(s)://<grafana> and token: <a service account token>")
-        elif not isinstance(grafana.get("token"), str) or not grafana["token"] or re.search(r"\s", grafana["token"]):
-            out.append("bc_grafana_annotation.token is missing or holds whitespace (the value is not shown)")
+        elif url_problem("bc_grafana_annotation.url", grafana["url"]):
+            out.append(url_problem("bc_grafana_annotation.url", grafana["url"]))
+        elif not isinstance(grafana.get("token"), str) or not HEADER_SAFE.match(grafana["token"]):
+            out.append("bc_grafana_annotation.token is missing, or holds whitespace or a character outside printable ASCII "
+                       "(the value is not shown)")
         if not (isinstance(grafana.get("tags", []), list) and all(isinstance(t, str) for t in grafana.get("tags", []))):
             out.append("bc_grafana_annotation.tags must be a list of strings, e.g. [ct200, gpu-fleet]")
     env = v.get("bc_engine_env")
@@ -354,11 +446,13 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
     if isinstance(settings, dict) and isinstance(e.get("bc_engine"), str) and e["bc_engine"] in ENGINES \
             and not version_problem(e.get("bc_engine_version")):
         out.extend(setting_problems(e["bc_engine"], settings, str(e["bc_engine_version"])))
+    if isinstance(settings, dict) and settings.get("moe_config_dir") not in (None, ""):  # "": none (bc_settings_env)
+        out.extend(filter(None, [moe_config_dir_problem(settings["moe_config_dir"])]))
     out.extend(_secret_problems(v, e))
     out.extend(_sweep_problems(v))
     out.extend(_router_problems(v, e))
     if "bc_serial" in v:
-        problem = serial_problem(v["bc_serial"])
+        problem = serial_problem(v["bc_serial"], high)
         if problem:
             out.append(problem)
     if isinstance(v.get("bc_gpu_health_rules"), dict):
@@ -453,10 +547,18 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
     non-finite number is refused before it (Ansible raises on one). Never quotes a secret's value."""
     secrets = _secrets(contract, given) + hook_secrets(given.get("bc_lb_remove"), given.get("bc_lb_restore"))
     known = {k: given[k] for k in given if k in contract}
-    out: list[str] = []
+    out: list[str] = _missing(contract, known)
     bad: set[str] = set()
     for name, value in known.items():
-        if _nonfinite(value):
+        size = _size_problem(name, contract[name], value)
+        if size:
+            out.append(size)
+            bad.add(name)
+        elif contract[name].get("type") == "int" and isinstance(value, str) and value.strip().endswith("%"):
+            low, high = contract[name].get("range", ("", ""))
+            out.append("%s=%s: give a whole number from %s to %s, without the %% sign" % (name, value.strip()[:20], low, high))
+            bad.add(name)
+        elif _nonfinite(value):
             out.append("%s=%s: not a finite number" % (name, "<redacted>" if contract[name].get("no_log") else value))
             bad.add(name)
         elif contract[name].get("nonempty") and _empty(value):  # before the types: "" is empty, not a bad number
@@ -490,5 +592,16 @@ def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list
         bad.update(checkable)
     effective = {k: given[k] if k in given else s.get("default") for k, s in contract.items()}
     out.extend(_field_problems(contract, known, typed, bad))
-    out.extend(_value_problems({k: val for k, val in known.items() if k not in bad}, effective))
+    high = (contract.get("bc_serial", {}).get("range") or [1, SERIAL_MAX])[1]
+    out.extend(_value_problems({k: val for k, val in known.items() if k not in bad}, effective, high))
+    required = effective.get("bc_api_key_required") not in (False, "false", "False", "no", 0)
+    if "bc_api_key" in contract and "bc_api_key" not in bad and not effective.get("bc_api_key") and required:
+        # the host's part (a unit that has a key today) is the preflight's, once it has read the host
+        out.append(key_problem("", "", True, "", "").replace(" Nothing was touched.", "").rstrip("."))
     return [_scrub(m, secrets) for m in dict.fromkeys(out)]
+
+
+def _missing(contract: dict[str, dict[str, Any]], known: dict[str, Any]) -> list[str]:
+    """Each required setting that is not given, all of them at once (one run names every one)."""
+    return ["%s is not given: set it in the inventory (or -e, or AWX): %s" % (name, str(spec.get("description", "")).rstrip("."))
+            for name, spec in contract.items() if spec.get("required") and name not in known]

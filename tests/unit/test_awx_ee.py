@@ -35,7 +35,7 @@ def test_survey_covers_what_operators_choose():
     # what a bad day needs: every answer the survey offers passes the preflight's own check
     from bc_filters import settings_problems
     contract = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
-    site = {"bc_lb_required": False}
+    site = {"bc_lb_required": False, "bc_unit": "sglang-k26", "bc_api_key": "sk-awx-survey"}
     for q in survey["spec"]:
         for choice in q.get("choices", []):
             assert settings_problems(dict(site, **{q["variable"]: choice}), contract) == [], (q["variable"], choice)

@@ -4,6 +4,7 @@ the fix; and the site inventories themselves pass the contract."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -159,5 +160,102 @@ def test_a_blank_answer_to_a_list_whose_empty_has_a_meaning_is_that_meaning(blan
     up), so blank is accepted, where a list that must not be empty (bc_sweep_tp_sizes) still refuses it, by name."""
     contract = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks/vars/contract.yml").read_text())["bc_contract"]
     assert not [m for m in problems(contract, {"bc_sweep_tune_batch_sizes": blank}) if "bc_sweep_tune_batch_sizes" in m]
-    refused = [m for m in problems(contract, {"bc_sweep_tp_sizes": blank}) if "bc_lb_" not in m]
+    refused = problems(contract, dict(SITE, bc_sweep_tp_sizes=blank))
     assert refused and all("bc_sweep_tp_sizes" in m for m in refused), refused
+
+
+# bad operator input (#44), each refused by the preflight's one verdict before anything is touched, naming the field
+# and the fix, never the key: it once passed, and hung the job, ended in a traceback or did the wrong thing
+BOM_KEY = "\ufeff" + KEY
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    # 1. ansible-core counts a batch out host by host (playbook_executor: `for x in range(serial)`): the controller spins
+    ({"bc_serial": "99999999999999999999"}, "bc_serial='99999999999999999999': give at most 10000 hosts a batch"),
+    ({"bc_serial": 10 ** 20}, "give at most 10000 hosts a batch"),
+    ({"bc_serial": [1, 10001]}, "give at most 10000 hosts a batch"),
+    ({"bc_max_fail_percentage": "50%"}, "bc_max_fail_percentage=50%: give a whole number from 0 to 100, without the % sign"),
+    ({"bc_max_fail_percentage": 10 ** 20}, "bc_max_fail_percentage=100000000000000000000: give a number from 0 to 100"),
+    # 2. ansible-core's pct_to_int reads '50% ' as int('50% '): a traceback
+    ({"bc_serial": "50% "}, "bc_serial='50% ' holds whitespace: write it without spaces, e.g. '50%'"),
+    ({"bc_serial": [1, " 25%"]}, "holds whitespace"),
+    # 3. one sizing run per tensor-parallel shape (and per point, per routing): a huge list takes the preflight minutes
+    ({"bc_sweep_tp_sizes": list(range(1, 65)) * 1000}, "bc_sweep_tp_sizes has 64000 items: give at most 8"),
+    ({"bc_sweep_batch_sizes": ",".join(map(str, range(1, 200001)))}, "bc_sweep_batch_sizes has 200000 items: give at most 64"),
+    ({"bc_sweep_routing": [{"kind": "uniform"}] * 100000}, "bc_sweep_routing has 100000 items: give at most 16"),
+    ({"bc_serial": [1] * 100000}, "bc_serial has 100000 items: give at most 64"),
+    ({"bc_engine_env": {"E%d" % i: "v" for i in range(100000)}}, "bc_engine_env has 100000 items: give at most 128"),
+    # 4. a list of choices with one twice: the same sweep twice, its result files overwritten
+    ({"bc_sweep_tp_sizes": [1, 8, 8]}, "bc_sweep_tp_sizes=[1, 8, 8] lists 8 more than once: give each once"),
+    ({"bc_sweep_tp_sizes": "8,08"}, "bc_sweep_tp_sizes=8,08 lists 8 more than once"),
+    ({"bc_sweep_batch_sizes": [1, 2, 2]}, "bc_sweep_batch_sizes=[1, 2, 2] lists 2 more than once"),
+    # 5. a key no HTTP header can carry (http.client encodes headers as latin-1: a codec exception mid-cycle)
+    ({"bc_api_key": BOM_KEY}, "bc_api_key holds a character that cannot go in an HTTP header"),
+    ({"bc_api_key": "sk-fc-\u201c3e8d1a7b\u201d"}, "save the key as plain ASCII (the value is not shown)"),
+    ({"bc_grafana_annotation": {"url": "https://g.example", "token": "\ufeffglsa-token-1"}}, "bc_grafana_annotation.token"),
+    # 6. SGLANG_MOE_CONFIG_DIR relative to the server's working directory, or climbing out of where it says
+    ({"bc_engine_settings": {"moe_config_dir": "moe-config"}}, "bc_engine_settings.moe_config_dir=moe-config: give an absolute path"),
+    ({"bc_engine_settings": {"moe_config_dir": "/var/lib/../../tmp/x"}}, "with no '..'"),
+    ({"bc_engine_settings": {"moe_config_dir": "/var/lib/x\n"}}, "bc_engine_settings.moe_config_dir"),
+    # 7. what the operator reads as the host is not where the requests (and the key) go
+    ({"bc_url": "http://127.0.0.1:30001@evil.example:80"}, "has user-info (what stands before @ is not the host: requests, and "
+                                                           "their key or token, would go to evil.example)"),
+    ({"bc_url": "http://127.0.0.1:30001#@evil.example"}, "bc_url=http://127.0.0.1:30001#@evil.example has a query or fragment"),
+    ({"bc_url": "http://127.0.0.1:30001\\@evil.example"}, "holds whitespace, a backslash"),
+    ({"bc_url": "ftp://127.0.0.1:30001"}, "bc_url=ftp://127.0.0.1:30001: the scheme must be http or https"),
+    ({"bc_url": " http://127.0.0.1:30001"}, "holds whitespace"),
+    ({"bc_url": "http://127.0.0.1:99999"}, "cannot be read as a URL (Port out of range"),
+    ({"bc_url": "http://gpu\u0430.example:30001"}, "a non-ASCII character"),
+    ({"bc_url": "http://:30001"}, "'' is not a host name or address"),
+    ({"bc_grafana_annotation": {"url": "https://grafana.example@evil.example", "token": "glsa-token-1"}},
+     "bc_grafana_annotation.url=<redacted> has user-info"),  # its values are no_log
+])
+def test_bad_operator_input_is_refused_naming_the_field_and_the_fix(given, message):
+    started = time.monotonic()
+    found = problems(CONTRACT, dict(SITE, **given))
+    assert time.monotonic() - started < 1.0  # a huge list is refused by its length, before its items are read
+    assert any(message in m for m in found), found
+    assert not any(KEY in m for m in found)
+
+
+@pytest.mark.parametrize("given", [
+    {"bc_serial": "50%"}, {"bc_serial": [1, "25%", 10000]}, {"bc_serial": "100%"}, {"bc_max_fail_percentage": 100},
+    {"bc_sweep_tp_sizes": [1, 2, 4, 8, 16, 32, 64]}, {"bc_sweep_tp_sizes": "1,8"},
+    {"bc_sweep_batch_sizes": list(range(1, 65))}, {"bc_sweep_backends": ["auto", "torch", "torch"]},
+    {"bc_api_key": "sk-" + "".join(map(chr, range(0x21, 0x7f)))},
+    {"bc_engine_settings": {"moe_config_dir": "/var/lib/benchmark-cycle/moe-config"}},
+    {"bc_engine_settings": {"moe_config_dir": ""}},
+    {"bc_url": "http://127.0.0.1:30001"}, {"bc_url": "https://gpu-7.example:8443/v1"}, {"bc_url": "http://[::1]:30001"},
+    {"bc_url": "http://ct200"}, {"bc_url": ""},
+])
+def test_sound_operator_input_passes(given):
+    assert problems(CONTRACT, dict(SITE, **given)) == []
+
+
+def test_every_missing_required_setting_is_named_in_one_verdict_before_any_template_reads_it():
+    """#44 item 7: a site that gives no unit, no key and no router hooks learns all three from one run, each in the
+    contract's words (bc_unit once surfaced only after the others, as a template error)."""
+    found = problems(CONTRACT, {"bc_engine": "sglang"})
+    assert any(m.startswith("bc_unit is not given: set it in the inventory") for m in found), found
+    assert any(m.startswith("bc_api_key is empty: the server would be restarted with no authentication") for m in found), found
+    assert any(m.startswith("bc_lb_remove and bc_lb_restore are not given") for m in found), found
+    assert len(found) == 3 and not any("Nothing was touched" in m for m in found)  # the preflight says it once
+    assert problems(CONTRACT, {"bc_unit": "u", "bc_api_key_required": False, "bc_lb_required": False}) == []
+
+
+@pytest.mark.parametrize(("found", "message"), [
+    ({"exists": False}, "does not exist on the host: create it"),
+    ({}, "does not exist on the host"),
+    ({"exists": True, "isdir": False, "mode": "0644"}, "is not a directory on the host"),
+    ({"exists": True, "isdir": True, "mode": "0777"}, "is world-writable (mode 0777)"),
+    ({"exists": True, "isdir": True, "mode": "1777"}, "is world-writable (mode 1777)"),
+    ({"exists": True, "isdir": True, "mode": None}, "its mode could not be read"),
+    ({"exists": True, "isdir": True, "mode": "0755"}, ""),
+    ({"exists": True, "isdir": True, "mode": "2775"}, ""),
+])
+def test_the_moe_config_dir_is_a_directory_on_the_host_no_other_user_can_write(found, message):
+    """What the preflight's stat of bc_engine_settings.moe_config_dir (followed) finds on the host, judged."""
+    from bc_filters import moe_config_dir_host_problem
+
+    said = moe_config_dir_host_problem("/var/lib/moe", found)
+    assert (message in said and said.startswith("bc_engine_settings.moe_config_dir=/var/lib/moe")) if message else said == ""
