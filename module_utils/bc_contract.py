@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from ansible.module_utils.bc_engines import ENGINES, setting_problems, version_key
+from ansible.module_utils.bc_export import NOTIFY_DEFAULT, NOTIFY_EVENTS
 from ansible.module_utils.bc_gpuhealth import rules_problems
 from ansible.module_utils.bc_host import REDACTED
 from ansible.module_utils.bc_sweepstats import BACKENDS, ROUTING_KINDS, ShapeError, backend_list
@@ -355,6 +357,7 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
             and not version_problem(e.get("bc_engine_version")):
         out.extend(setting_problems(e["bc_engine"], settings, str(e["bc_engine_version"])))
     out.extend(_secret_problems(v, e))
+    out.extend(notify_problems(v.get("bc_notify_webhook")))
     out.extend(_sweep_problems(v))
     out.extend(_router_problems(v, e))
     if "bc_serial" in v:
@@ -363,6 +366,51 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any]) -> list[str]:
             out.append(problem)
     if isinstance(v.get("bc_gpu_health_rules"), dict):
         out.extend("bc_gpu_health_rules." + p for p in rules_problems(v["bc_gpu_health_rules"]))
+    return out
+
+
+def webhook_url_problem(field: str, url: Any) -> str:
+    """'' for a URL a notification may be posted to: http(s), a host, no user-info (what stands before @ is not the
+    host), no query or fragment (a token there would be in every log line: it goes in a header), one line of printable
+    ASCII. Never raises."""
+    text = url if isinstance(url, str) else ""
+    fix = "give http(s)://HOST[:PORT][/PATH], e.g. https://hooks.example/benchmark-cycle (a token goes in token:)"
+    if not text or not re.fullmatch(r"[!-~]+", text) or "\\" in text:
+        return "%s must be one URL of printable ASCII without spaces: %s" % (field, fix)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
+    except ValueError:
+        return "%s cannot be read as a URL: %s" % (field, fix)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "%s must be an http(s):// URL with a host: %s" % (field, fix)
+    if "@" in parts.netloc:
+        return "%s has user-info (before @): the request would go elsewhere, its credentials in the URL; %s" % (field, fix)
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        return "%s has a query or fragment: a secret there would reach logs; %s" % (field, fix)
+    return ""
+
+
+def notify_problems(hook: Any) -> list[str]:
+    """bc_notify_webhook: {url, token (optional: sent as Authorization: Bearer), on (a list of NOTIFY_EVENTS, default
+    failed and router_out)}; {} is no webhook. The token's value is never quoted."""
+    if not isinstance(hook, dict) or not hook:
+        return []
+    out = []
+    unknown = sorted(map(str, set(hook) - {"url", "token", "on"}))
+    if unknown:
+        out.append("bc_notify_webhook: unknown key(s) %s; its keys are url, token, on" % ", ".join(unknown))
+    problem = webhook_url_problem("bc_notify_webhook.url", hook.get("url"))
+    if problem:
+        out.append(problem)
+    if "token" in hook and not (isinstance(hook["token"], str) and re.fullmatch(r"[!-~]+", hook["token"])):
+        out.append("bc_notify_webhook.token is empty, or holds whitespace or a character outside printable ASCII (the value is "
+                   "not shown): give it as \"{{ lookup('bc_secret', 'BC_NOTIFY_TOKEN') }}\" with BC_NOTIFY_TOKEN_FILE (a 0600 "
+                   "file) or BC_NOTIFY_TOKEN set, or leave token out for a webhook that takes none")
+    on = hook.get("on", list(NOTIFY_DEFAULT))
+    if not isinstance(on, list) or not on or not all(isinstance(e, str) and e in NOTIFY_EVENTS for e in on):
+        out.append("bc_notify_webhook.on must be a non-empty list of %s, e.g. [failed, router_out] (the default); "
+                   "for no webhook, give bc_notify_webhook: {}" % ", ".join(NOTIFY_EVENTS))
     return out
 
 
