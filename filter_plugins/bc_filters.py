@@ -46,6 +46,7 @@ from ansible.module_utils.bc_contract import (
 from ansible.module_utils.bc_contract import key_problem as _key_problem
 from ansible.module_utils.bc_contract import problems as _problems
 from ansible.module_utils.bc_engines import flag_for_version, profile
+from ansible.module_utils.bc_export import notification
 from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_host import redact as _redact
 from ansible.module_utils.bc_host import vmstat
@@ -389,7 +390,7 @@ class FilterModule:
             "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem,
-            "bc_prom_textfile": prom_textfile, "bc_same_pid_table": same_pid_table,
+            "bc_prom_textfile": prom_textfile, "bc_notification": notification, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
             "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict, "bc_roll_lost": roll_lost,
         }

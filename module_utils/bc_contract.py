@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ansible.module_utils.bc_engines import ENGINES, setting_problems, version_key
+from ansible.module_utils.bc_export import NOTIFY_DEFAULT, NOTIFY_EVENTS
 from ansible.module_utils.bc_gpuhealth import rules_problems
 from ansible.module_utils.bc_host import REDACTED
 from ansible.module_utils.bc_sweepstats import BACKENDS, ROUTING_KINDS, ShapeError, backend_list
@@ -157,16 +158,17 @@ def serial_problem(value: Any, high: int = SERIAL_MAX) -> str:
     return ""
 
 
-def url_problem(field: str, url: Any) -> str:
+def url_problem(field: str, url: Any, show: bool = True) -> str:
     """'' for a base URL whose host is the one an operator reads in it: http(s), a host (a name, an IPv4
     or a bracketed IPv6 address) and an optional port, a path; no user-info ('http://host:port@other'
     sends every request, and its key, to `other`), no query, fragment, backslash, whitespace or
-    non-ASCII character (a look-alike host). Never raises."""
+    non-ASCII character (a look-alike host). Never raises. `show`: False where the URL may carry a secret (a
+    webhook's: in its user-info or query), which then never appears in the message."""
     text = url if isinstance(url, str) else ""
     fix = "give http(s)://HOST[:PORT][/PATH], e.g. http://127.0.0.1:30001"
     if not text:
         return "%s must be a URL: %s" % (field, fix)
-    shown = text[:80].encode("ascii", "backslashreplace").decode()
+    shown = text[:80].encode("ascii", "backslashreplace").decode() if show else "(not shown)"
     if not HEADER_SAFE.match(text) or "\\" in text:
         return "%s=%s holds whitespace, a backslash, a control or a non-ASCII character: %s" % (field, shown, fix)
     try:
@@ -449,6 +451,7 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any], high: int = SERIAL_MAX
     if isinstance(settings, dict) and settings.get("moe_config_dir") not in (None, ""):  # "": none (bc_settings_env)
         out.extend(filter(None, [moe_config_dir_problem(settings["moe_config_dir"])]))
     out.extend(_secret_problems(v, e))
+    out.extend(notify_problems(v.get("bc_notify_webhook")))
     out.extend(_sweep_problems(v))
     out.extend(_router_problems(v, e))
     if "bc_serial" in v:
@@ -457,6 +460,29 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any], high: int = SERIAL_MAX
             out.append(problem)
     if isinstance(v.get("bc_gpu_health_rules"), dict):
         out.extend("bc_gpu_health_rules." + p for p in rules_problems(v["bc_gpu_health_rules"]))
+    return out
+
+
+def notify_problems(hook: Any) -> list[str]:
+    """bc_notify_webhook: {url, token (optional: sent as Authorization: Bearer), on (a list of NOTIFY_EVENTS, default
+    failed and router_out)}; {} is no webhook. The token's value is never quoted."""
+    if not isinstance(hook, dict) or not hook:
+        return []
+    out = []
+    unknown = sorted(map(str, set(hook) - {"url", "token", "on"}))
+    if unknown:
+        out.append("bc_notify_webhook: unknown key(s) %s; its keys are url, token, on" % ", ".join(unknown))
+    problem = url_problem("bc_notify_webhook.url", hook.get("url"), show=False)
+    if problem:
+        out.append(problem)
+    if "token" in hook and not (isinstance(hook["token"], str) and re.fullmatch(r"[!-~]+", hook["token"])):
+        out.append("bc_notify_webhook.token is empty, or holds whitespace or a character outside printable ASCII (the value is "
+                   "not shown): give it as \"{{ lookup('bc_secret', 'BC_NOTIFY_TOKEN') }}\" with BC_NOTIFY_TOKEN_FILE (a 0600 "
+                   "file) or BC_NOTIFY_TOKEN set, or leave token out for a webhook that takes none")
+    on = hook.get("on", list(NOTIFY_DEFAULT))
+    if not isinstance(on, list) or not on or not all(isinstance(e, str) and e in NOTIFY_EVENTS for e in on):
+        out.append("bc_notify_webhook.on must be a non-empty list of %s, e.g. [failed, router_out] (the default); "
+                   "for no webhook, give bc_notify_webhook: {}" % ", ".join(NOTIFY_EVENTS))
     return out
 
 

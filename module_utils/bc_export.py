@@ -109,3 +109,66 @@ def junit(steps: list[dict[str, Any]], name: str = "benchmark_cycle") -> str:
             elif step.get("skipped"):
                 ET.SubElement(case, "skipped")
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# A webhook's events (bc_notify_webhook.on): the cycle failed, it left the host out of the router, it succeeded. The
+# first two are sent unless the operator lists others; a success only when asked for.
+NOTIFY_EVENTS = ("failed", "router_out", "success")
+NOTIFY_DEFAULT = ("failed", "router_out")
+# a failure's text is the verdict of the whole cycle: enough to read it, bounded for a chat or a ticket
+NOTIFY_FAILURE_MAX = 2000
+_REDACTED = "<redacted>"  # module_utils/bc_host.py REDACTED (this module imports only the standard library)
+
+
+def _flag(value: Any) -> bool | None:
+    """True, False, or None for a value that says neither (absent, unknown)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if value is not None else ""
+    return True if text in ("true", "yes", "1") else False if text in ("false", "no", "0") else None
+
+
+def router_state(owed: Any, lb_out: Any) -> str:
+    """Where the host stands with the router once the cycle ends: 'out' when a hook took it out and it was not put
+    back (the bring-back's plan says the router is still owed; without the plan, the drain's own flag), 'back' when
+    a hook took it out and put it back, 'none' when no hook ever took it out."""
+    owed_flag, out_flag = _flag(owed), _flag(lb_out)
+    if owed_flag or (owed_flag is None and out_flag):
+        return "out"
+    return "back" if out_flag is False else "none"
+
+
+def notification(summary: dict[str, Any], on: Any = None, secrets: Any = ()) -> dict[str, Any] | None:
+    """The webhook's JSON body for the cycle's summary (host, unit, failed, failure, router_owed, lb_out, strategy,
+    downtime_s, job_id), or None when none of its events is one the operator asked for (`on`; None: NOTIFY_DEFAULT). A cycle not known to
+    have succeeded (failed absent or unreadable) counts as failed; the failure's text is cut to NOTIFY_FAILURE_MAX and
+    each given secret (4 characters or more) is replaced, whatever the text came through."""
+    failed = _flag(summary.get("failed")) is not False
+    router = router_state(summary.get("router_owed"), summary.get("lb_out"))
+    held = [e for e, holds in (("failed", failed), ("router_out", router == "out"), ("success", not failed)) if holds]
+    wanted = [str(e) for e in (NOTIFY_DEFAULT if on is None else on if isinstance(on, (list, tuple)) else [on])]
+    events = [e for e in held if e in wanted]
+    if not events:
+        return None
+    values = [secrets] if isinstance(secrets, str) else list(secrets or [])
+    hidden = sorted({str(s) for s in values if s and len(str(s)) >= 4}, key=len, reverse=True)
+
+    def scrub(text: Any) -> str | None:
+        if text is None or str(text).strip() in ("", "None"):
+            return None
+        out = str(text)
+        for secret in hidden:
+            out = out.replace(secret, _REDACTED)
+        return out[:NOTIFY_FAILURE_MAX]
+
+    host, unit = str(summary.get("host", "")), str(summary.get("unit", ""))
+    failure = scrub(summary.get("failure")) if failed else None
+    downtime = finite_number(summary.get("downtime_s"))
+    text = "benchmark cycle on %s (%s): %s%s%s" % (
+        host, unit, "FAILED" if failed else "ok",
+        {"out": ", the host is OUT of the router", "back": ", back in the router"}.get(router, ""),
+        ": " + failure if failure else "")
+    return {"source": "benchmark-cycle", "events": events, "status": "failed" if failed else "complete",
+            "host": host, "unit": unit, "failure": failure, "router": router,
+            "strategy": summary.get("strategy") or None, "downtime_s": downtime,
+            "job_id": scrub(summary.get("job_id")), "text": scrub(text)}

@@ -21,7 +21,7 @@ COLLECTIONS = ["pip download --no-deps --only-binary=:all: -d wheels ansible==12
                "python3 collection/vendor.py --wheel wheels/ansible-12.3.0-py3-none-any.whl --dest collections/artifacts "
                "ansible.posix awx.awx",
                "(cd collections/artifacts && ansible-galaxy collection install --offline -r requirements.yml -p ..)"]
-OFFLINE = ["cp -r inventory/ct200 inventory/mysite", "ansible-inventory -i inventory/mysite --graph"]
+OFFLINE = ["cp -r inventory/example inventory/mysite", "ansible-inventory -i inventory/mysite --graph"]
 ON_A_HOST = ["ansible-playbook benchmark_cycle.yml -i inventory/mysite --check --diff",
              "ansible-playbook benchmark_cycle.yml -i inventory/mysite",
              "ls -a /run/lock/ /var/lib/benchmark-cycle/rollback/",
@@ -42,7 +42,7 @@ def test_every_command_on_the_page_is_run_by_a_test():
 
 
 def test_the_commands_that_need_no_host_work_as_written(tmp_path):
-    """In a copy of the tree (the page's cp writes into inventory/): the real site's inventory copied, and read."""
+    """In a copy of the tree (the page's cp writes into inventory/): the minimal example copied, and read."""
     work = tmp_path / "tree"
     work.mkdir()
     for entry in ROOT.iterdir():
@@ -56,7 +56,7 @@ def test_the_commands_that_need_no_host_work_as_written(tmp_path):
         proc = subprocess.run(command, shell=True, cwd=work, env=environ, capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0, (command, proc.stdout + proc.stderr)
         outs.append(proc.stdout)
-    assert "@inference:" in outs[-1] and "ct200" in outs[-1]  # the copy is the real site's groups and host
+    assert "@inference:" in outs[-1] and "gpu1" in outs[-1]  # the copy is the example's groups and host
 
 
 def test_the_collections_install_offline_as_the_page_says(tmp_path):
