@@ -24,13 +24,13 @@ import ansible.module_utils
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
 
-from ansible.module_utils import bc_marlin  # noqa: E402
+from ansible.module_utils import bc_kernels  # noqa: E402
 
 
 def measure(torch: Any, kernel: Any, s: dict[str, int], m: int, device: Any, dtype: Any, samples: int, seed: int) -> float:
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn((m, s["K"]), generator=gen, device=device).to(dtype)
-    routes = bc_marlin.make_routings(torch, s, m, samples, device, gen)
+    routes = bc_kernels.make_routings(torch, s, m, samples, device, gen)
     flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.uint8, device=device)
     graphs = []
     pool = torch.cuda.graph_pool_handle()
@@ -73,7 +73,7 @@ def main() -> None:
     device = torch.device("cuda", 0)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[res["dtype"]]
     s = res["shape"]
-    kernel = bc_marlin.SglangKernel(torch, bc_marlin.Weights(torch, s, device, dtype, res["seed"]))
+    kernel = bc_kernels.SglangKernel(torch, bc_kernels.Weights(torch, s, device, dtype, res["seed"]))
     rows = []
     for p in res["points"]:
         ms = measure(torch, kernel, s, p["m"], device, dtype, args.samples, seed=1000 + p["m"])

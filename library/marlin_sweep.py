@@ -515,7 +515,7 @@ import tempfile
 import time
 from typing import Any
 
-# AnsiballZ ships the worker to the host; its package is staged for the sweep
+# AnsiballZ ships the worker to the host (with the module_utils it imports, in turn); its package is staged for the sweep
 from ansible.module_utils import bc_marlin
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_host import CommandError, meminfo_mib, processes, vmstat
@@ -537,11 +537,13 @@ from ansible.module_utils.bc_unit import SWEEP_MODULE, sweep_tags
 SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group_size", "num_bits", "tp_size")
 
 
-SWEEP_MODULES = ("bc_marlin", "bc_sweepstats", "bc_host")
+# the worker's files: bc_marlin (the run loop) and every module_util it imports, in turn (tests/unit/test_marlin_cpu.py
+# proves the list whole: the staged worker runs from these alone, without ansible)
+SWEEP_MODULES = ("bc_marlin", "bc_backends", "bc_tuner", "bc_builders", "bc_timing", "bc_kernels", "bc_sweepstats", "bc_host")
 
 
 def stage_sweep_package(tmpdir: str) -> str:
-    """Lay out {bc_marlin,bc_sweepstats,bc_host}.py under tmpdir in the package they are imported from here
+    """Lay out the SWEEP_MODULES' files under tmpdir in the package they are imported from here
     (ansible/module_utils/ in the project's layout, ansible_collections/<ns>/<name>/plugins/module_utils/ in
     the collection), read from this module's own payload (pkgutil works for AnsiballZ's zip and for files
     alike), so that the sweep's interpreter - the host's SGLang venv, which has no ansible - can run it."""

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-from ansible.module_utils import bc_marlin
+from ansible.module_utils import bc_backends, bc_kernels
 from ansible.module_utils.bc_sweepstats import shard
 
 K26 = {"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8, "group_size": 32}
@@ -19,10 +19,10 @@ K26 = {"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_
 @pytest.mark.parametrize("m", [1, 16, 256])
 @pytest.mark.parametrize("backend", ["sglang", "triton"])
 def test_sglang_int4_kernels_match_fp32_reference(backend: str, tp_size: int, m: int) -> None:
-    ok, why = bc_marlin.available(backend, True)
+    ok, why = bc_backends.available(backend, True)
     assert ok, why
     s = shard(dict(K26, tp_size=tp_size))
-    check = bc_marlin.reference_check(torch, s, torch.device("cuda", 0), torch.bfloat16, seed=3, experts=8, m=m, backend=backend)
+    check = bc_backends.reference_check(torch, s, torch.device("cuda", 0), torch.bfloat16, seed=3, experts=8, m=m, backend=backend)
     print("%s tp=%d m=%d relative error %.5f" % (backend, tp_size, m, check["relative_error"]))
     assert check["relative_error"] < 0.02
 
@@ -33,10 +33,10 @@ def test_marlin_and_triton_agree_on_the_same_weights_under_each_routing(kind: di
     bf16 accumulation order), at the full expert count and with a skewed routing."""
     s = shard(dict(K26, tp_size=8))
     dev = torch.device("cuda", 0)
-    w = bc_marlin.Weights(torch, s, dev, torch.bfloat16, seed=9)
-    marlin, triton = bc_marlin.SglangKernel(torch, w), bc_marlin.TritonKernel(torch, w)
+    w = bc_kernels.Weights(torch, s, dev, torch.bfloat16, seed=9)
+    marlin, triton = bc_kernels.SglangKernel(torch, w), bc_kernels.TritonKernel(torch, w)
     gen = torch.Generator(device=dev).manual_seed(4)
-    routing = bc_marlin.Routing(torch, s, dict(kind, name="x"), dev, gen)
+    routing = bc_kernels.Routing(torch, s, dict(kind, name="x"), dev, gen)
     x = torch.randn((64, s["K"]), generator=gen, device=dev).to(torch.bfloat16)
     tw, ids = routing.sample(64, gen)
     a, b = marlin(x, tw, ids).float(), triton(x, tw, ids).float()
@@ -48,12 +48,12 @@ def test_marlin_and_triton_agree_on_the_same_weights_under_each_routing(kind: di
 def test_torch_grouped_reference_matches_loop() -> None:
     s = shard(dict(K26, num_experts=8, tp_size=8))
     dev = torch.device("cuda", 0)
-    w = bc_marlin.Weights(torch, s, dev, torch.bfloat16, seed=5)
-    grouped = bc_marlin.TorchKernel(torch, w, torch.bfloat16)
-    loop = bc_marlin.TorchKernel(torch, w, torch.float32)
+    w = bc_kernels.Weights(torch, s, dev, torch.bfloat16, seed=5)
+    grouped = bc_kernels.TorchKernel(torch, w, torch.bfloat16)
+    loop = bc_kernels.TorchKernel(torch, w, torch.float32)
     loop.grouped = False
     gen = torch.Generator(device=dev).manual_seed(1)
     x = torch.randn((64, s["K"]), generator=gen, device=dev)
-    tw, ids = bc_marlin.make_routings(torch, s, 64, 1, dev, gen)[0]
+    tw, ids = bc_kernels.make_routings(torch, s, 64, 1, dev, gen)[0]
     got, want = grouped(x.to(torch.bfloat16), tw, ids).float(), loop(x, tw, ids)
     assert float((got - want).norm() / want.norm()) < 0.02

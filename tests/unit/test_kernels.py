@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from ansible.module_utils import bc_marlin, bc_report
+from ansible.module_utils import bc_backends, bc_builders, bc_kernels, bc_marlin, bc_report, bc_tuner
 from ansible.module_utils.bc_sweepstats import (
     GIB,
     ShapeError,
@@ -40,7 +40,7 @@ CPU = torch.device("cpu")
 def sample(spec: dict, m: int, s: dict | None = None, seed: int = 0):
     s = s or shard(dict(K26, tp_size=1))
     gen = torch.Generator().manual_seed(seed)
-    routing = bc_marlin.Routing(torch, s, routing_spec(spec, s), CPU, gen)
+    routing = bc_kernels.Routing(torch, s, routing_spec(spec, s), CPU, gen)
     return routing, routing.sample(m, gen)
 
 
@@ -173,7 +173,7 @@ def test_a_backend_that_cannot_run_is_reported_and_the_others_are_timed():
         bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1], "backends": ["triton"], "device_type": "cpu"})
 
 
-class WrongKernel(bc_marlin.TorchKernel):
+class WrongKernel(bc_kernels.TorchKernel):
     """A test double of a GPU kernel with a layout bug: the right answer scaled by 1.5."""
 
     name = "triton"
@@ -186,7 +186,7 @@ class WrongKernel(bc_marlin.TorchKernel):
 
 
 def test_a_kernel_that_computes_a_wrong_answer_fails_the_sweep_naming_it(monkeypatch, tmp_path):
-    monkeypatch.setitem(bc_marlin.KERNELS, "triton", WrongKernel)
+    monkeypatch.setitem(bc_backends.KERNELS, "triton", WrongKernel)
     monkeypatch.setattr(bc_marlin, "available", lambda name, cuda: (True, ""))
     saved = []
     res = bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1, 4], "backends": ["torch", "triton"], "iters": 3, "warmup": 1,
@@ -304,13 +304,13 @@ def test_the_primary_backend_must_run_and_a_repeated_routing_is_refused(tmp_path
 
 
 def test_a_secondary_backend_that_cannot_be_built_is_reported_and_the_run_goes_on(monkeypatch):
-    class Broken(bc_marlin.TorchKernel):
+    class Broken(bc_kernels.TorchKernel):
         """A test double of a kernel whose construction fails (an SGLang release without a helper)."""
 
         def __init__(self, torch, w):
             raise ImportError("cannot import name 'MoeRunnerConfig'")
 
-    monkeypatch.setitem(bc_marlin.KERNELS, "triton", Broken)
+    monkeypatch.setitem(bc_backends.KERNELS, "triton", Broken)
     monkeypatch.setattr(bc_marlin, "available", lambda name, cuda: (True, ""))
     res = bc_marlin.run_sweep({"shape": SMALL, "batch_sizes": [1, 4], "backends": ["torch", "triton"], "iters": 3, "warmup": 1,
                                "device_type": "cpu"})
@@ -365,45 +365,45 @@ def test_a_hot_set_defaults_to_what_the_model_has():
 
 # -- the tuned Triton backend: its walk, its pick and what it refuses ---------------------------------------------
 def test_the_tuning_walk_is_the_whole_grid_in_a_seeded_order():
-    walk = bc_marlin.tune_candidates(0)
+    walk = bc_tuner.tune_candidates(0)
     size = 1
-    for values in bc_marlin.TUNE_SPACE.values():
+    for values in bc_tuner.TUNE_SPACE.values():
         size *= len(values)
     assert len(walk) == size == len({json.dumps(c, sort_keys=True) for c in walk})
-    assert walk == bc_marlin.tune_candidates(0) and walk != bc_marlin.tune_candidates(1)
+    assert walk == bc_tuner.tune_candidates(0) and walk != bc_tuner.tune_candidates(1)
 
 
 def changed(config: dict, server: dict) -> int:
     """How many of the grid's values `config` changes from the server's (Triton's 4 warps, 3 stages where it names none)."""
-    full = dict(bc_marlin.TRITON_LAUNCH_DEFAULTS, **server)
-    return sum(config[k] != full.get(k) for k in bc_marlin.TUNE_SPACE)
+    full = dict(bc_tuner.TRITON_LAUNCH_DEFAULTS, **server)
+    return sum(config[k] != full.get(k) for k in bc_tuner.TUNE_SPACE)
 
 
 def test_the_walk_starts_next_to_the_servers_own_configs():
     small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}  # 0.5.16's default, M <= E
     large = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}  # and M > E
-    walk = bc_marlin.tune_candidates(3, [small, large])
+    walk = bc_tuner.tune_candidates(3, [small, large])
     distance = [min(changed(c, small), changed(c, large)) for c in walk]
     assert distance == sorted(distance) and distance[:2] == [0, 0]  # both in the grid: the server's values are in it
     assert distance.count(1) == 2 * 15  # every config one value away from either (3+3+3+3 blocks, 1 warps, 2 stages)
-    assert sorted(map(str, walk)) == sorted(map(str, bc_marlin.tune_candidates(3)))  # the same grid, reordered
-    assert walk == bc_marlin.tune_candidates(3, [small, large]) != bc_marlin.tune_candidates(4, [small, large])
+    assert sorted(map(str, walk)) == sorted(map(str, bc_tuner.tune_candidates(3)))  # the same grid, reordered
+    assert walk == bc_tuner.tune_candidates(3, [small, large]) != bc_tuner.tune_candidates(4, [small, large])
 
 
 @pytest.mark.parametrize(("m", "key"), [(1, 1), (200, 256), (384, 256), (385, 512), (5000, 4096)])
 def test_a_size_gets_the_config_of_the_nearest_tuned_size_as_sglangs_loader_picks(m, key):
     # try_get_optimal_moe_config (fused_moe_triton_config.py 0.5.16:296): min(keys, key=|key - M|), the smaller on a tie
-    assert bc_marlin.nearest({1: 1, 256: 256, 512: 512, 4096: 4096}, m) == key
+    assert bc_tuner.nearest({1: 1, 256: 256, 512: 512, 4096: 4096}, m) == key
 
 
 def test_the_tuned_sizes_are_the_large_ones_unless_given():
     sizes = [1, 8, 64, 256, 1024, 4096]
-    assert bc_marlin.tune_sizes({}, sizes) == [256, 1024, 4096]
-    assert bc_marlin.tune_sizes({"tune_batch_sizes": [1024, 256, 1024]}, sizes) == [256, 1024]
-    assert bc_marlin.tune_sizes({}, [1, 8]) == [1, 8]
+    assert bc_tuner.tune_sizes({}, sizes) == [256, 1024, 4096]
+    assert bc_tuner.tune_sizes({"tune_batch_sizes": [1024, 256, 1024]}, sizes) == [256, 1024]
+    assert bc_tuner.tune_sizes({}, [1, 8]) == [1, 8]
 
 
-class FakeTuned(bc_marlin.TunedTritonKernel):
+class FakeTuned(bc_tuner.TunedTritonKernel):
     """A double of the kernel for the tuning's own logic only (the walk, the budget, the pick, the sizes kept): no GPU,
     its 'time' a function of the config; the real kernel is timed on the H200 (tests/gpu)."""
 
@@ -419,7 +419,7 @@ class FakeTuned(bc_marlin.TunedTritonKernel):
 
 def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers_config_elsewhere(monkeypatch):
     def fake_time(_torch, kernel, x, _routes, _device, _warmup, _iters, _graph):
-        cfg = bc_marlin.nearest(kernel.configs, x)
+        cfg = bc_tuner.nearest(kernel.configs, x)
         if cfg.get("num_warps") == 8 and cfg["BLOCK_SIZE_M"] == 128:
             raise RuntimeError("out of resources: shared memory")  # a config Triton cannot build here
         if x == 4096 and cfg["BLOCK_SIZE_M"] == 16:
@@ -428,7 +428,7 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
         want = 16 if x <= 256 else 128
         return [10.0 if "server" in cfg else 1.0 + abs(cfg["BLOCK_SIZE_M"] - want) / 100 + cfg["num_stages"] / 1000]
 
-    monkeypatch.setattr(bc_marlin, "time_point", fake_time)
+    monkeypatch.setattr(bc_tuner, "time_point", fake_time)
     ticks = iter(range(10_000))
     kernel = FakeTuned()
     routes = {256: (256, []), 4096: (4096, [])}
@@ -440,15 +440,15 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
     assert set(kernel.configs) == {1, 8, 256, 4096}
     # the server's own config failing at a size: nothing to tune against, never a map missing that size
     def failing(_torch, kernel, x, *_a):
-        if x == 4096 and "server" in bc_marlin.nearest(kernel.configs, x):
+        if x == 4096 and "server" in bc_tuner.nearest(kernel.configs, x):
             raise RuntimeError("out of resources")
         return [1.0]
 
-    monkeypatch.setattr(bc_marlin, "time_point", failing)
+    monkeypatch.setattr(bc_tuner, "time_point", failing)
     kernel, ticks = FakeTuned(), iter(range(10_000))
     with pytest.raises(RuntimeError, match=r"could not be timed at M=.*4096"):
         kernel.tune([256, 4096], routes, None, budget_s=5, seed=0, keep=[], clock=lambda: float(next(ticks)))
-    assert float(got["speedup"]["256"]) > 1 and got["sizes"] == [256, 4096] and got["space"] == len(bc_marlin.tune_candidates(0))
+    assert float(got["speedup"]["256"]) > 1 and got["sizes"] == [256, 4096] and got["space"] == len(bc_tuner.tune_candidates(0))
     # no budget: only the server's own config is timed, and it is what the file says
     kernel, ticks = FakeTuned(), iter(range(10_000))
     got = kernel.tune([256], {256: (256, [])}, None, budget_s=0, seed=0, keep=[], clock=lambda: float(next(ticks)))
@@ -456,7 +456,7 @@ def test_the_tuning_keeps_the_fastest_per_size_within_its_budget_and_the_servers
 
 
 class FakeBuilders:
-    """A double of bc_marlin.Builders (the real processes: tests/unit/test_tune_builders.py): which configs its
+    """A double of bc_builders.Builders (the real processes: tests/unit/test_tune_builders.py): which configs its
     processes could build, the batches it was given, and whether it was closed."""
 
     def __init__(self, width: int, broken: str = "") -> None:
@@ -464,7 +464,7 @@ class FakeBuilders:
 
     def build(self, configs, _deadline):
         if self.broken:
-            raise bc_marlin.BuildersFailed(self.broken)
+            raise bc_builders.BuildersFailed(self.broken)
         self.batches.append(list(configs))
         return {i: "out of resources: shared memory" if c["BLOCK_SIZE_K"] == 256 else "" for i, c in enumerate(configs)}
 
@@ -476,12 +476,12 @@ def test_configs_built_ahead_are_timed_in_batches_and_one_that_cannot_be_built_i
     timed = []
 
     def fake_time(_torch, kernel, x, _routes, _device, _warmup, _iters, _graph):
-        cfg = bc_marlin.nearest(kernel.configs, x)
+        cfg = bc_tuner.nearest(kernel.configs, x)
         assert cfg["BLOCK_SIZE_K"] != 256, "a config that could not be built was timed"
         timed.append(json.dumps(cfg, sort_keys=True))
         return [10.0 if "server" in cfg else 1.0 + cfg["BLOCK_SIZE_M"] / 100]
 
-    monkeypatch.setattr(bc_marlin, "time_point", fake_time)
+    monkeypatch.setattr(bc_tuner, "time_point", fake_time)
     ticks = iter(range(100_000))
     build, kernel, started_after = FakeBuilders(4), FakeTuned(), []
 
@@ -508,7 +508,7 @@ def test_configs_built_ahead_are_timed_in_batches_and_one_that_cannot_be_built_i
     assert "a build process died" in got["notes"][0] and "built here" in got["notes"][0]
 
     def never_started(_deadline):
-        raise bc_marlin.BuildersFailed("RuntimeError: No module named 'sglang'")
+        raise bc_builders.BuildersFailed("RuntimeError: No module named 'sglang'")
 
     ticks, kernel = iter(range(100_000)), FakeTuned()
     got = kernel.tune([256], {256: (256, [])}, None, budget_s=30, seed=0, keep=[], clock=lambda: float(next(ticks)),
@@ -585,7 +585,7 @@ def test_a_config_that_fails_does_not_stay_in_force_after_sglangs_override_leaks
             raise RuntimeError("OutOfResources: out of resource: shared memory")
         return "ok"
 
-    monkeypatch.setattr(bc_marlin.TritonKernel, "__call__", build)
+    monkeypatch.setattr(bc_kernels.TritonKernel, "__call__", build)
     kernel = FakeTuned()
     kernel.override, kernel.current = override_config, get_config
 
@@ -604,10 +604,10 @@ def test_the_file_anchors_untimed_sizes_to_the_servers_config():
     """SGLang's loader gives any M the nearest key's config: without anchors a config tuned at 256 would serve every
     decode size, and one tuned at 4096 every prefill above it."""
     s = {"E": 384, "K": 7168, "N": 256, "topk": 8, "group": 32, "bits": 4}
-    got = bc_marlin.anchors(s, [256, 512, 1024, 2048, 4096], [256, 512, 1024, 2048, 4096])
+    got = bc_tuner.anchors(s, [256, 512, 1024, 2048, 4096], [256, 512, 1024, 2048, 4096])
     assert got[:8] == [1, 2, 4, 8, 16, 32, 64, 128] and {384, 385, 8192} <= set(got)
     assert not {256, 512, 1024, 2048, 4096} & set(got)
-    assert 1 in bc_marlin.anchors(s, [1, 8, 1024], [1024]) and 8 in bc_marlin.anchors(s, [1, 8, 1024], [1024])
+    assert 1 in bc_tuner.anchors(s, [1, 8, 1024], [1024]) and 8 in bc_tuner.anchors(s, [1, 8, 1024], [1024])
 
 
 def test_a_tuned_config_is_never_slower_than_the_servers_under_any_of_the_distributions(monkeypatch):
@@ -617,7 +617,7 @@ def test_a_tuned_config_is_never_slower_than_the_servers_under_any_of_the_distri
     server = {"uniform": 10.0, "zipf": 20.0}
 
     def fake_time(_torch, kernel, x, routes, _device, _warmup, _iters, _graph):
-        cfg = bc_marlin.nearest(kernel.configs, x)
+        cfg = bc_tuner.nearest(kernel.configs, x)
         (dist,) = routes  # one distribution per timing
         if "server" in cfg:
             return [server[dist]]
@@ -629,13 +629,13 @@ def test_a_tuned_config_is_never_slower_than_the_servers_under_any_of_the_distri
             return [{"uniform": 9.9, "zipf": 19.9}[dist]]
         return [30.0]
 
-    monkeypatch.setattr(bc_marlin, "time_point", fake_time)
+    monkeypatch.setattr(bc_tuner, "time_point", fake_time)
     ticks = iter(range(100_000))
     kernel = FakeTuned()
     got = kernel.tune([256], {256: (256, ["uniform", "zipf"])}, None, budget_s=20_000, seed=0, keep=[],
                       clock=lambda: float(next(ticks)), groups=2)
     assert kernel.configs[256]["BLOCK_SIZE_M"] == 64 and kernel.configs[256]["BLOCK_SIZE_N"] == 128, kernel.configs
-    assert got["speedup"] == {"256": round(1 / 0.95, 3)} and got["margin"] == bc_marlin.TUNE_MARGIN
+    assert got["speedup"] == {"256": round(1 / 0.95, 3)} and got["margin"] == bc_tuner.TUNE_MARGIN
     # nothing beats it by the margin: the server's config stays, said as x1.0
     server.update(uniform=9.0, zipf=19.0)
     kernel, ticks = FakeTuned(), iter(range(100_000))
@@ -659,10 +659,10 @@ def test_the_tuning_is_given_the_sweeps_own_distributions_one_group_each(monkeyp
             seen.update(sizes=sizes, routes=dict(routes), groups=groups, builders=builders)  # tune_kernel frees routes after
             return {"sizes": sizes}
 
-    monkeypatch.setattr(bc_marlin, "write_tuned", lambda kernel, out_dir: {"path": None})
+    monkeypatch.setattr(bc_tuner, "write_tuned", lambda kernel, out_dir: {"path": None})
     s = shard(dict(SMALL, num_experts=64, top_k=4, tp_size=1))
     cfg = {"routing": [{"kind": "uniform"}, {"kind": "zipf", "skew": 1.0}], "tune_budget_s": 0}
-    got = bc_marlin.tune_kernel(torch, cfg, Recorder(), s, [1, 256], torch.device("cpu"), torch.float32, 0)
+    got = bc_tuner.tune_kernel(torch, cfg, Recorder(), s, [1, 256], torch.device("cpu"), torch.float32, 0)
     assert got["routing"] == ["uniform", "zipf(1)"] and seen["groups"] == 2 and seen["builders"] is None
     x, routings = seen["routes"][256]
     assert len(routings) == 2 and x.shape == (256, s["K"])

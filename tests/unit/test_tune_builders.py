@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-from ansible.module_utils import bc_marlin
+from ansible.module_utils import bc_builders, bc_sweepstats, bc_tuner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ import json, os, sys, time
 sys.path[:0] = [%(root)r]
 import ansible.module_utils
 ansible.module_utils.__path__.append(%(mu)r)  # as tests/conftest.py does: the children run this part too
-from ansible.module_utils import bc_marlin
+from ansible.module_utils import bc_builders
 
 
 class Unreadable:
@@ -71,11 +71,11 @@ if __name__ == "__main__":
     b = None
     try:
         args = (mode, Unreadable()) if mode == "unreadable" else (mode,)
-        b = bc_marlin.Builders(2, setup, args, time.monotonic() + (20 if mode == "unreadable" else 300))  # once both are up
+        b = bc_builders.Builders(2, setup, args, time.monotonic() + (20 if mode == "unreadable" else 300))  # once both are up
         print(json.dumps({"children": children()}), flush=True)
         t0 = time.monotonic()
         out = b.build(configs, time.monotonic() + window)
-    except bc_marlin.BuildersFailed as err:
+    except bc_builders.BuildersFailed as err:
         out = {"failed": str(err)}
     took = time.monotonic() - t0
     closed = b is None or not b.procs
@@ -160,7 +160,7 @@ def test_a_killed_sweep_leaves_no_build_process_behind(driver):
 
 
 def test_the_number_of_build_processes_leaves_a_core_and_fits_the_gpu():
-    s = bc_marlin.validate({"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8,
+    s = bc_sweepstats.validate({"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8,
                             "group_size": 32, "num_bits": 4, "tp_size": 8}, [4096], ["triton_tuned"])
 
     class Cuda:  # a double of torch.cuda's one call here
@@ -168,18 +168,18 @@ def test_the_number_of_build_processes_leaves_a_core_and_fits_the_gpu():
             self.free = free
 
         def mem_get_info(self, _device):
-            return self.free, 141 * bc_marlin.GIB
+            return self.free, 141 * bc_sweepstats.GIB
 
     class Torch:
         def __init__(self, free: int) -> None:
             self.cuda = Cuda(free)
 
     gpu = type("Device", (), {"type": "cuda"})()
-    assert bc_marlin.build_width(Torch(100 * bc_marlin.GIB), s, 4096, gpu, cpus=16) == 8
-    assert bc_marlin.build_width(Torch(100 * bc_marlin.GIB), s, 4096, gpu, cpus=4) == 3
-    assert bc_marlin.build_width(Torch(100 * bc_marlin.GIB), s, 4096, gpu, cpus=2) == 0  # one build process: none
-    assert bc_marlin.build_width(Torch(2 * bc_marlin.GIB), s, 4096, gpu, cpus=16) == 0  # no room beside the sweep
-    assert bc_marlin.build_width(Torch(0), s, 4096, type("Device", (), {"type": "cpu"})(), cpus=16) == 0
+    assert bc_builders.build_width(Torch(100 * bc_sweepstats.GIB), s, 4096, gpu, cpus=16) == 8
+    assert bc_builders.build_width(Torch(100 * bc_sweepstats.GIB), s, 4096, gpu, cpus=4) == 3
+    assert bc_builders.build_width(Torch(100 * bc_sweepstats.GIB), s, 4096, gpu, cpus=2) == 0  # one build process: none
+    assert bc_builders.build_width(Torch(2 * bc_sweepstats.GIB), s, 4096, gpu, cpus=16) == 0  # no room beside the sweep
+    assert bc_builders.build_width(Torch(0), s, 4096, type("Device", (), {"type": "cpu"})(), cpus=16) == 0
 
 
 def test_the_packaged_configs_come_along_and_never_replace_a_tuned_file(tmp_path):
@@ -190,11 +190,11 @@ def test_the_packaged_configs_come_along_and_never_replace_a_tuned_file(tmp_path
     (packaged / "README.md").write_text("not a config")
     (into / "triton_3_6_0").mkdir(parents=True)
     (into / "triton_3_6_0/E=384,N=128,device_name=X.json").write_text('{"1": {"tuned": 1}}')
-    assert bc_marlin.keep_packaged(str(packaged), str(into)) == 1
+    assert bc_tuner.keep_packaged(str(packaged), str(into)) == 1
     assert json.loads((into / "triton_3_6_0/E=384,N=128,device_name=X.json").read_text()) == {"1": {"tuned": 1}}
     assert json.loads((into / "triton_3_6_0/E=8,N=64,device_name=X.json").read_text()) == {"1": {"packaged": 1}}
     assert not (into / "README.md").exists()
-    assert bc_marlin.keep_packaged(str(packaged), str(into)) == 0  # again: nothing new
+    assert bc_tuner.keep_packaged(str(packaged), str(into)) == 0  # again: nothing new
 
 
 def test_a_process_that_cannot_start_fails_the_builders_at_once_not_at_the_deadline(driver):
