@@ -248,4 +248,17 @@ if [ "$SCENARIO" = owner ]; then
   log "systemctl --failed: [$(sd systemctl --failed --no-legend --plain | tr '\n' ';')]"
   journal owner
 fi
+if [ "${OPERATOR_RESTARTS:-0}" -gt 0 ]; then
+  # #44: after the cycles' own starts (and any switch restart), an operator's plain stop and start must still work:
+  # systemd's start limit (StartLimitBurst in StartLimitIntervalSec) must not have been spent by the cycle
+  unit_state() { sd systemctl show -p ActiveState -p SubState -p Result -p NRestarts -p ExecMainStatus -p InvocationID $UNIT | tr '\n' ' '; }
+  log "start limit: $(sd systemctl show -p StartLimitBurst -p StartLimitIntervalUSec $UNIT | tr '\n' ' '); unit: $(unit_state)"
+  for i in $(seq 1 "$OPERATOR_RESTARTS"); do
+    sd systemctl stop $UNIT > "$W/operator-stop-$i.txt" 2>&1; log "operator stop $i: rc=$? $(unit_state)"
+    sd systemctl start $UNIT > "$W/operator-start-$i.txt" 2>&1; rc=$?
+    log "operator start $i: rc=$rc $(tr '\n' ' ' < "$W/operator-start-$i.txt" | cut -c1-300) $(unit_state)"
+    if wait_serving 240; then log "operator start $i: serving"; else log "operator start $i: NOT serving: $(serving)"; fi
+  done
+  journal operator
+fi
 log "done"
