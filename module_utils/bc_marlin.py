@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible.module_utils.bc_backends import (
+from ansible.module_utils.bc_backends import (  # pylint: disable=unused-import
     available,
     build_kernel,
     import_errors,  # noqa: F401 - the preflight runs <this module>.import_errors

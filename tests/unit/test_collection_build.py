@@ -30,6 +30,10 @@ PKG = "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils"
     ("extends_documentation_fragment: [cycle_heartbeat]\n", f"extends_documentation_fragment: [{FQCN}.cycle_heartbeat]\n"),
     ("extends_documentation_fragment: [other.coll.thing, cycle_heartbeat]\n",
      f"extends_documentation_fragment: [other.coll.thing, {FQCN}.cycle_heartbeat]\n"),
+    # an import the collection's longer package name pushes past pep8's 160 columns: one name a line
+    ("from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, rules_problems, without_smi, xid_events\n",
+     f"from {PKG}.bc_gpuhealth import (\n    dcgm_failures,\n    judge,\n    parse_smi_xml,\n    rules_problems,\n"
+     "    without_smi,\n    xid_events,\n)\n"),
 ])
 def test_python_is_rewritten_to_the_collections_names(source, expected):
     assert build.rewrite_python(source, FQCN, ["cycle_heartbeat"]) == expected
