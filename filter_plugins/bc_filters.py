@@ -254,15 +254,16 @@ def cycle_budget(numbers: dict[str, Any]) -> dict[str, Any]:
     return _budget(numbers)
 
 
-def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None) -> dict[str, Any]:
+def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None, rotation: Any = False) -> dict[str, Any]:
     """The cycle's strategy (beside, release or stop) and why, from the preflight's numbers:
     `sizing` has fits, has_gpu, need_mib (with the margin) and free_mib (the sweep's preflight);
-    `support` is inference_memory_info's result (None when the server was not asked). A release asked
-    for that cannot be done gives strategy None and the error naming the fix."""
+    `support` is inference_memory_info's result (None when the server was not asked); `rotation`: the live server
+    refused the cycle's key (only a real true counts). A release asked for that cannot be done, or a rotation under a
+    policy that never restarts, gives strategy None and the error naming the fix."""
     numbers = {"fits": bool(sizing.get("fits")), "has_gpu": bool(sizing.get("has_gpu")),
                "need_mib": int(sizing.get("need_mib") or 0), "free_mib": int(sizing.get("free_mib") or 0)}
     try:
-        return dict(choose(str(policy), numbers, support), need_mib=numbers["need_mib"], error="")
+        return dict(choose(str(policy), numbers, support, rotation is True), need_mib=numbers["need_mib"], error="")
     except ValueError as err:
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
 

@@ -17,12 +17,19 @@ POLICIES = ("auto", "always", "never", "release")
 STRATEGIES = ("beside", "release", "stop")
 
 
-def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None) -> dict[str, Any]:
+def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rotation: bool = False) -> dict[str, Any]:
     """The cycle's strategy and why. `sizing`: fits, has_gpu, need_mib, free_mib (the device's,
-    now); `sup`: `support()` (None when the server was not asked). A `release` asked for that
-    the server cannot do is a ValueError naming the fix."""
+    now); `sup`: `support()` (None when the server was not asked); `rotation`: the live server refuses the key this
+    cycle installs (it runs with an older one, and takes the new one only when it starts again). A `release` asked for
+    that the server cannot do, or a rotation under a policy that never restarts, is a ValueError naming the fix."""
     if policy not in POLICIES:
         raise ValueError("bc_stop_policy=%s: use one of %s" % (policy, "|".join(POLICIES)))
+    if rotation:
+        if policy in ("never", "release"):
+            raise ValueError("bc_api_key is not the key the live server runs with (a rotation), and it takes the new one "
+                             "only when it starts again, which bc_stop_policy=%s never does: it would go on refusing the new "
+                             "key. Run this cycle with bc_stop_policy=auto or always" % policy)
+        return {"strategy": "stop", "why": "a key rotation: the live server refuses the new key until it starts again"}
     sup = sup or {"supported": False, "releasable_gib": None, "why": "the server was not asked"}
     need, free = int(sizing.get("need_mib") or 0), int(sizing.get("free_mib") or 0)
     releasable = None if sup.get("releasable_gib") is None else int(sup["releasable_gib"] * 1024)
