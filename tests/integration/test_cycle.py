@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import DOUBLE, HOST, ROOT, playbook, sh
 
 SECRET = "sk-lab-secret-9f8e7d"

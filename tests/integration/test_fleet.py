@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT, lab_up, playbook, serving
 

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import (
     CONTAINER,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import pytest
 from conftest import INVENTORY, ROOT, env, sh
 
 CHECK = "ansible-playbook benchmark_cycle.yml -i inventory/mysite --check --diff"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 from conftest import HOST, ROOT, playbook, serving, sh, wait_serving
 

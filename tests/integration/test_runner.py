@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import ansible_runner
+import pytest
 from conftest import INVENTORY, ROOT, sh
 
 SECRET = "sk-runner-secret-41c2"
