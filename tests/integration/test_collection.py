@@ -46,6 +46,7 @@ def site_env(run_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.path("none.static", real="ansible-doc and --syntax-check of the installed collection")
 def test_the_installed_collection_documents_its_modules_and_passes_the_syntax_check(installed):
     doc = subprocess.run([str(BIN / "ansible-doc"), f"{FQCN}.inference_memory_info"], cwd=installed, env=site_env(installed),
                          capture_output=True, text=True, timeout=120, check=False)
@@ -57,6 +58,7 @@ def test_the_installed_collection_documents_its_modules_and_passes_the_syntax_ch
         assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.path("stop.ready", real="the installed collection's cycle against the lab")
 def test_the_installed_collection_runs_the_cycle_on_the_lab(llama, installed):
     results = installed / "results"
     run = subprocess.run([str(BIN / "ansible-playbook"), f"{FQCN}.benchmark_cycle", "-i", str(ROOT / INVENTORY)],

@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import DOUBLE, HOST, ROOT, playbook, sh
 
 SECRET = "sk-lab-secret-9f8e7d"
@@ -19,6 +20,7 @@ OLD_FIXED_TASK_TIMEOUT_S = 30
 SLOW_MASTER_S = OLD_FIXED_TASK_TIMEOUT_S + 5
 
 
+@pytest.mark.path("stop.ready", real="the whole cycle against the real llama-server under systemd")
 def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monkeypatch):
     # a 10 s load (ExecStartPre): long enough for a probe to land in it on a busy machine; the first contact's ssh master
     # (a fresh control path dir: no master of an earlier run) opens slower than the old fixed task timeout
@@ -53,6 +55,7 @@ def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monk
     assert json.loads(answer)["choices"][0]["text"] == "4"
 
 
+@pytest.mark.path("stop.ready", real="a server whose port is closed while loading, then warming (time)")
 def test_cycle_sglang_double_waits_through_closed_port_and_warmup(lab):
     # an 8 s load (port closed) and a 6 s warmup (503): long enough for a probe to land in each on a busy machine
     double_env = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_LOAD_S="8", BC_DOUBLE_WARMUP_S="6")
@@ -71,6 +74,7 @@ def test_cycle_sglang_double_waits_through_closed_port_and_warmup(lab):
     sh("systemctl stop sglang-double")
 
 
+@pytest.mark.path("none.static", real="ansible-inventory and ansible-playbook --syntax-check on the real inventory")
 def test_real_site_inventory_parses_and_the_playbook_passes_syntax_check():
     env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": "/usr/bin:/bin"}
     inv = subprocess.run([str(Path(ROOT / ".venv/bin/ansible-inventory")), "-i", "inventory/ct200", "--list"], cwd=ROOT,
@@ -86,6 +90,7 @@ LAB_SETTINGS = {"model_path": "/opt/lab-model/lab-tiny.gguf", "host": "0.0.0.0",
                 "threads": 1, "parallel": 2}
 
 
+@pytest.mark.path("check_mode", real="Ansible's check mode against a live host")
 def test_check_mode_shows_the_unit_diff_and_changes_nothing(llama):
     pid = sh("systemctl show -p ExecMainPID --value llama-lab").strip()
     unit = sh("sha256sum /etc/systemd/system/llama-lab.service")
@@ -104,6 +109,7 @@ def test_check_mode_shows_the_unit_diff_and_changes_nothing(llama):
     assert sh("ls /run/lock | grep -c benchmark-cycle || true").strip() == "0"
 
 
+@pytest.mark.path("stop.ready", real="the server's argv as systemd starts it (no shell)")
 def test_user_strings_reach_the_server_as_literal_arguments_never_a_shell(llama):
     alias = "lab $(touch /tmp/pwned) `touch /tmp/pwned2`; x"
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_settings": dict(LAB_SETTINGS, served_model_name=alias)})
@@ -113,6 +119,7 @@ def test_user_strings_reach_the_server_as_literal_arguments_never_a_shell(llama)
     assert [m["id"] for m in models["data"]] == [alias]  # one argv element, byte for byte
 
 
+@pytest.mark.path("refused.preflight", decision="bc_contract.unit_name")
 def test_unit_name_that_is_not_a_systemd_name_is_refused_before_anything(llama):
     pid = sh("systemctl show -p ExecMainPID --value llama-lab").strip()
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_unit": "llama-lab;touch /tmp/pwned"})

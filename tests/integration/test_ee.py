@@ -81,6 +81,7 @@ SURVEY = {"bc_target": "inference", "bc_sweep_batch_sizes": "1,2,4,8", "bc_sweep
           "bc_api_key": "{{ lookup('bc_secret', 'BC_API_KEY') }}"}
 
 
+@pytest.mark.path("stop.ready", real="the built execution environment (podman) running the cycle")
 def test_the_cycle_runs_inside_the_execution_environment_as_an_awx_job(llama, ee_image, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
@@ -111,6 +112,7 @@ def test_the_cycle_runs_inside_the_execution_environment_as_an_awx_job(llama, ee
     assert sh("systemctl is-active llama-lab").strip() == "active"
 
 
+@pytest.mark.path("switch.fired.started", real="podman kill of the job's container; the host's switch and its clock")
 def test_an_execution_environment_killed_mid_sweep_is_covered_by_the_hosts_dead_man_switch(llama, ee_image, tmp_path,
                                                                                           reliability):
     """The job's container is killed while the host is stopped for the sweep (a node lost, a pod evicted): nothing of

@@ -65,6 +65,7 @@ def double_pid() -> str:
     return sh("systemctl show -p MainPID --value sglang-double").strip()
 
 
+@pytest.mark.path("stop.ready", real="systemd starting the real site's full command line (the SGLang double)")
 def test_the_real_sites_command_line_starts_under_systemd_and_serves(lab, reliability):
     run = cycle_from_site_settings()
     unit = sh("cat /etc/systemd/system/sglang-double.service")
@@ -75,6 +76,7 @@ def test_the_real_sites_command_line_starts_under_systemd_and_serves(lab, reliab
                 service_after="active (SGLang double)", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.rolled_back", decision="bc_health.classify")
 def test_a_hung_scheduler_fails_fast_naming_it_and_the_previous_unit_comes_back(lab, reliability):
     extra = serving_ct200_double()
     hung = dict(extra, bc_readiness_timeout_s=600)
@@ -92,6 +94,7 @@ def test_a_hung_scheduler_fails_fast_naming_it_and_the_previous_unit_comes_back(
                 service_after="active (previous unit)", data_kept="sweep results of the run kept", detect_s=waited, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.rolled_back", decision="bc_health.classify")
 def test_the_hung_scheduler_threshold_follows_the_units_health_check_timeout(lab, reliability):
     """The unit sets SGLANG_HEALTH_CHECK_TIMEOUT=8: a hung scheduler's 503 comes after 8 s, below the
     default's 15 s threshold; read from the running server's environment, it is still judged hung at
@@ -109,6 +112,7 @@ def test_the_hung_scheduler_threshold_follows_the_units_health_check_timeout(lab
                 service_after="active (previous unit)", data_kept="sweep results of the run kept", detect_s=waited, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.ready", real="systemd's Result=signal after the engine SIGKILLs itself at its stop")
 def test_a_stop_by_the_cycle_leaves_the_unit_inactive_though_sglang_kills_itself(lab, reliability):
     """SGLang SIGKILLs its own main process after its SIGTERM drain (the double does too): systemd marks
     the unit failed (Result=signal) after every clean stop, and `systemctl --failed`, node_exporter and
@@ -128,6 +132,7 @@ def test_a_stop_by_the_cycle_leaves_the_unit_inactive_though_sglang_kills_itself
                 service_after="active (SGLang double)", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.rolled_back", decision="bc_health.classify")
 def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab, reliability):
     extra = serving_ct200_double()
     # the server wants another key than the one the cycle holds: 401 {"error": "Unauthorized"} (utils/auth.py)
@@ -144,6 +149,7 @@ def test_a_ready_server_refusing_the_completion_fails_at_once_with_its_words(lab
                 service_after="stopped (the test's double)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("drain.aborted", decision="bc_health.in_flight")
 def test_a_stale_gauge_does_not_end_the_drain_early(lab, reliability):
     env = dict(ct200_settings()["bc_engine_env"], BC_DOUBLE_GAUGE_S="3600", BC_DOUBLE_TOKEN_MS="1000")
     extra = serving_ct200_double(bc_drain_deadline_s=3, bc_drain_on_deadline="abort", bc_engine_env=env)

@@ -61,6 +61,7 @@ def untouched(run: Run, before: str) -> None:
     # a results directory the controller cannot write (a path under a file): the sweep's results would be lost
     ({"bc_results_dir": "/etc/hostname/results"}, "the controller cannot write the results directory /etc/hostname/results"),
 ])
+@pytest.mark.path("refused.preflight", decision="bc_contract.problems")
 def test_a_setting_that_would_disable_a_protection_is_refused_before_anything_is_touched(llama, reliability, extra, message):
     before = pid()
     run = playbook("benchmark_cycle.yml", extra_vars=extra)
@@ -74,6 +75,7 @@ def test_a_setting_that_would_disable_a_protection_is_refused_before_anything_is
                 service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.preflight", decision="bc_contract.key_problem")
 def test_an_empty_key_never_takes_the_key_away_from_a_unit_that_has_one(llama, reliability):
     first = playbook("benchmark_cycle.yml", extra_vars={"bc_api_key": KEY})
     assert first.rc == 0, first.out[-3000:]
@@ -90,6 +92,7 @@ def test_an_empty_key_never_takes_the_key_away_from_a_unit_that_has_one(llama, r
                 service_after="active (with its key)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.ready", real="the live server's own refusal of the new key, and its environment after the restart")
 def test_a_key_rotation_is_put_in_force_by_a_restart_or_refused(llama, reliability):
     assert playbook("benchmark_cycle.yml", extra_vars={"bc_api_key": KEY}).rc == 0
     before = pid()
@@ -114,6 +117,7 @@ def test_a_key_rotation_is_put_in_force_by_a_restart_or_refused(llama, reliabili
                 service_after="active, new key", data_kept="full results", detect_s=None, run_s=beside.seconds + auto.seconds)
 
 
+@pytest.mark.path("refused.target", real="Ansible's inventory pattern matching and --limit (no function of the project)")
 def test_a_target_that_matches_no_host_fails_the_job(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_target": "infrence"})
     assert run.rc != 0 and "bc_target=infrence matches no host of the inventory" in " ".join(run.out.split()), run.out[-3000:]
@@ -132,6 +136,7 @@ exec /usr/bin/systemctl "$@"
 """
 
 
+@pytest.mark.path("refused.preflight", real="a hung systemctl killed by the host's own timeout (a process, a clock)")
 def test_a_command_that_hangs_on_the_host_fails_at_its_own_deadline_naming_it(llama, reliability):
     before = pid()
     sh(f"cat > /usr/local/bin/systemctl <<'EOF'\n{HUNG_SYSTEMCTL}EOF\nchmod 755 /usr/local/bin/systemctl")
@@ -150,6 +155,7 @@ def test_a_command_that_hangs_on_the_host_fails_at_its_own_deadline_naming_it(ll
                 service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.unit", decision="bc_bringback.verdict")
 def test_the_first_failure_is_the_one_reported(llama, reliability):
     """A unit that fails systemd-analyze verify: the readiness of the (never stopped) server that follows
     does not mask it, and no later task crashes on the failed module's result."""
@@ -164,6 +170,7 @@ def test_the_first_failure_is_the_one_reported(llama, reliability):
                 service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.preflight", decision="bc_gpuhealth.judge")
 def test_a_gpu_with_no_readings_is_not_healthy(llama, reliability):
     install_gpu_double()
     try:
@@ -186,6 +193,7 @@ def test_a_gpu_with_no_readings_is_not_healthy(llama, reliability):
                 service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.router", real="what a failing hook prints, through every output channel (stdout, JUnit, the event log)")
 def test_router_tokens_stay_out_of_every_channel_and_the_junit_file_is_the_operators(llama, tmp_path, reliability):
     token = "tok-" + KEY
     sh(f"printf '#!/bin/sh\\necho \"lb said no to $*\" >&2\\nexit 3\\n' > {HOOK} && chmod +x {HOOK}")
@@ -207,6 +215,7 @@ def test_router_tokens_stay_out_of_every_channel_and_the_junit_file_is_the_opera
                 service_after=serving(), data_kept="-", detect_s=None, run_s=0.0)
 
 
+@pytest.mark.path("refused.preflight", decision="bc_contract.problems")
 def test_preflight_refusals_never_print_a_traceback_under_awx_like_answers(llama):
     """AWX sends survey answers as strings: an empty or hostile one is refused naming the setting."""
     for extra, message in (({"bc_sweep_batch_sizes": ""}, "bc_sweep_batch_sizes is empty"),
@@ -221,6 +230,7 @@ def test_preflight_refusals_never_print_a_traceback_under_awx_like_answers(llama
             assert not any("Take the lock" in (e["task"] or "") for e in read_events(log))
 
 
+@pytest.mark.path("refused.router", real="a router read-back command's exit status")
 def test_a_router_that_does_not_follow_its_hook_stops_the_cycle_before_the_drain(llama, reliability):
     """The hook exits 0, but its read-back (`check`) says the host is still in the router: believed by
     its exit status alone, the service would have been stopped under live traffic."""

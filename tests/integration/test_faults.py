@@ -78,6 +78,8 @@ def sweep_death() -> Iterator[dict[str, float]]:
                 seen[key] = float(value)
 
 
+@pytest.mark.path("stop.sweep_failed.started",
+                  real="a real allocation failure in the sweep (ulimit -v), systemd's start of the stopped unit")
 def test_sweep_crashes_with_an_error_the_service_comes_back_and_the_play_fails(llama, reliability):
     # a real allocation failure: the address space is capped below what the weights need, so torch's
     # allocator raises, the sweep exits non-zero with the error (on a GPU this is a CUDA OOM)
@@ -105,6 +107,7 @@ KERNEL_OOM_COUNTER = pytest.mark.xdist_group("kernel_oom_counter")
 
 
 @KERNEL_OOM_COUNTER
+@pytest.mark.path("stop.sweep_failed.started", real="a signal (SIGKILL) to the sweep process mid-run; its finished points fetched")
 def test_sweep_killed_by_sigkill_keeps_the_finished_points(llama, reliability, tmp_path):
     stamp_dirs = set((ROOT / "results" / HOST).glob("*")) if (ROOT / "results" / HOST).exists() else set()
     log = tmp_path / "events.jsonl"
@@ -147,6 +150,7 @@ def memory_cap() -> Iterator[None]:
 
 
 @KERNEL_OOM_COUNTER
+@pytest.mark.path("stop.sweep_failed.started", real="the kernel's OOM killer under a memory cgroup cap")
 def test_sweep_killed_by_the_kernel_oom_killer_is_named_as_such(llama, memory_cap, reliability):
     # the host's memory cgroup is capped at 1.5 GB and the sweep needs ~3.4 GiB: the kernel's OOM killer picks it
     with sweep_death() as seen:
@@ -168,6 +172,8 @@ def test_sweep_killed_by_the_kernel_oom_killer_is_named_as_such(llama, memory_ca
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.path("lock.taken_over",
+                  real="a signal to ansible-playbook; the holder's pid gone from the process table; the orphaned sweep killed")
 def test_playbook_interrupted_mid_sweep_then_rerun_brings_the_service_back(llama, reliability, sig):
     assert not sh("pgrep -af [b]c_marlin || true").strip()  # the sweep seen below is this run's
     # the re-run is the actor here (the host's switch is, in test_guarantees and test_one_owner): a grace long enough
@@ -199,6 +205,8 @@ def test_playbook_interrupted_mid_sweep_then_rerun_brings_the_service_back(llama
                 detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.rolled_back",
+                  real="systemd failing a unit whose server refuses its flag; the journal tail; the rollback files")
 def test_bad_flag_fails_fast_and_rolls_back_to_the_previous_unit(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_extra_args": ["--no-such-flag"]})
     assert run.rc != 0
@@ -214,6 +222,7 @@ def test_bad_flag_fails_fast_and_rolls_back_to_the_previous_unit(llama, reliabil
                 detect_s=run.at("Wait for the server to be ready") - run.at("service_start : Start the unit"), run_s=run.seconds)
 
 
+@pytest.mark.path("refused.unit", real="systemd-analyze verify on the host")
 def test_unit_failing_systemd_analyze_verify_is_never_installed(llama, reliability):
     before, unit_before = pid(), sh("sha256sum /etc/systemd/system/llama-lab.service")
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_binary": "/opt/missing/llama-server"})
@@ -227,6 +236,7 @@ def test_unit_failing_systemd_analyze_verify_is_never_installed(llama, reliabili
                 detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.not_rolled_back", real="a wall-clock readiness deadline against a server that warms for ever (clock)")
 def test_server_that_never_gets_ready_fails_within_the_budget_naming_the_phase(lab, reliability):
     # a host that never ran the SGLang unit (a case before this one on the same lab host may have installed it)
     sh("systemctl stop sglang-double 2>/dev/null; rm -f /etc/systemd/system/sglang-double.service "
@@ -250,6 +260,7 @@ def test_server_that_never_gets_ready_fails_within_the_budget_naming_the_phase(l
                 detect_s=run.at("Fail with the phase", "failed") - run.at("service_start : Start the unit"), run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.rolled_back", real="a SIGKILL of the start job during ExecStartPre (systemd, a signal)")
 def test_server_dying_during_the_reload_is_reported_within_one_poll(llama, reliability):
     killed: dict[str, float] = {}
     done = threading.Event()
@@ -289,6 +300,8 @@ def in_flight_request(port: int = 30001, tokens: int = 600) -> None:
 
 
 @pytest.mark.parametrize("policy", ["abort", "force"])
+@pytest.mark.path({"abort": "drain.aborted", "force": "stop.drain_forced.ready"},
+                  real="a client's long request held open against the drain's wall-clock deadline (a real server, a clock)")
 def test_drain_that_never_reaches_zero_honours_the_deadline(lab, reliability, policy):
     extra = dict(DOUBLE, bc_drain_deadline_s=3, bc_drain_on_deadline=policy)
     extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_TOKEN_MS="1000", BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="0.2")
@@ -323,6 +336,7 @@ def test_drain_that_never_reaches_zero_honours_the_deadline(lab, reliability, po
                 data_kept="-" if policy == "abort" else "full results", detect_s=waited, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.lock", real="a live holder's lock while its cycle runs (two real cycles)")
 def test_second_cycle_while_one_runs_is_refused(llama, reliability):
     held = {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": 1800}
     first = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=held), cwd=ROOT, env=env(),
@@ -342,6 +356,7 @@ def test_second_cycle_while_one_runs_is_refused(llama, reliability):
                 service_after=after, data_kept="the first cycle's full results", detect_s=None, run_s=second.seconds)
 
 
+@pytest.mark.path("lock.broken_by_request", decision="host_lock.refusal")
 def test_stale_lock_is_explained_and_broken_only_on_request(llama, reliability):
     owner = json.dumps({"token": "other-cycle", "user": "alice", "controller": "awx-1", "pid": "4242", "started": "earlier"})
     sh(f"mkdir -p /run/lock/benchmark-cycle-llama-lab.lock && echo '{owner}' > /run/lock/benchmark-cycle-llama-lab.lock/owner.json")
@@ -369,6 +384,7 @@ def test_stale_lock_is_explained_and_broken_only_on_request(llama, reliability):
                 service_after=after, data_kept="the broken lock's owner is reported", detect_s=None, run_s=stale.seconds)
 
 
+@pytest.mark.path("refused.preflight", decision="bc_contract.problems")
 def test_typos_and_unknown_settings_are_refused_before_anything_is_touched(llama, reliability):
     before = pid()
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_readines_timeout_s": 5})
@@ -386,6 +402,7 @@ def test_typos_and_unknown_settings_are_refused_before_anything_is_touched(llama
                 service_after=serving() + " (same PID)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.preflight", real="an import of torch by the host's own sweep Python")
 def test_sweep_backend_missing_is_refused_before_the_stop(llama, reliability):
     before = pid()
     run = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_python": "/usr/bin/python3"})
@@ -397,6 +414,7 @@ def test_sweep_backend_missing_is_refused_before_the_stop(llama, reliability):
                 data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.ready", real="the host's process table and cgroups (a hand-started and another unit's server-named process)")
 def test_processes_that_never_belonged_to_the_unit_are_left_alone(llama, reliability):
     # a server process outside any unit (a hand-started run) and a same-named one in another service:
     # neither was the unit's, so the stop kills neither (only the unit's own former processes with

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT, lab_up, playbook, serving
 
@@ -47,6 +48,7 @@ def roll(extra_inventory: Path | None = None) -> tuple[object, list[list[bool]]]
     return run, samples
 
 
+@pytest.mark.path("roll.fleet", real="three lab hosts rolled one at a time, health sampled every second")
 def test_rolling_cycle_keeps_capacity_and_a_failure_stops_the_roll(tmp_path, reliability):
     lab_up(HOSTS)
 

@@ -10,12 +10,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 import fleet_scale
 
 
+@pytest.mark.path("roll.fleet", real="nine hosts behind a router double, in batches, with faults placed")
 def test_a_fleet_rolls_in_batches_and_stops_at_its_failure_share(reliability):
     out = ROOT / "results" / "fleet" / "ci.json"
     hosts = os.environ.get("BC_FLEET_HOSTS", "9")

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import (
     CONTAINER,
@@ -57,6 +58,7 @@ def with_router(extra: dict | None = None) -> dict:
                 bc_lb_restore={"argv": [HOOK, "restore", "token-" + KEY]})
 
 
+@pytest.mark.path("stop.sweep_failed.started", decision="bc_bringback.plan")
 def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_the_stop(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars=with_router())
     assert run.rc == 0, run.out[-3000:]
@@ -74,6 +76,7 @@ def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_t
                 service_after=after, data_kept="-", detect_s=None, run_s=run.seconds + fail.seconds)
 
 
+@pytest.mark.path("stop.not_ready.not_rolled_back", decision="bc_bringback.failure")
 def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_says_so(llama, reliability):
     run = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_probe_expect": "5"}))
     assert run.rc != 0
@@ -84,6 +87,8 @@ def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_
                 service_after=serving() + " (wrong answer, as injected)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.not_rolled_back",
+                  real="the unit's install and rollback files on the host (rollback/<token>) across three cycles")
 def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliability):
     """v1; v2 with a new key; v2 unchanged with a server that fails its check: v2 and the new key stay."""
     v2 = {"bc_api_key": KEY, "bc_engine_env": {"BC_VERSION": "v2 é€ \"$HOME\""}}
@@ -109,6 +114,8 @@ def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliabili
                 service_after=serving(), data_kept="the live unit and env file (v2)", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("stop.not_ready.not_rolled_back",
+                  real="what a real server and systemd print (journal, /proc cmdline) at -vvv, on a failure path")
 def test_the_api_key_never_reaches_a_command_line_or_any_output(llama, tmp_path, reliability):
     """The SGLang double logs its server_args (the key included) as SGLang does; a failed check
     prints the journal tail: the key must appear nowhere, at -vvv too, and not in the event log."""
@@ -154,6 +161,7 @@ def test_the_api_key_never_reaches_a_command_line_or_any_output(llama, tmp_path,
                 data_kept="-", detect_s=None, run_s=first.seconds)
 
 
+@pytest.mark.path("switch.fired.started", real="SIGKILL of the controller; the host's systemd timer and its clock")
 def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reliability):
     """SIGKILL to ansible-playbook mid-sweep, then nothing: the switch ends the orphaned sweep and
     starts the service; the next cycle, from any controller, takes the expired lock over."""
@@ -193,6 +201,7 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reli
                 detect_s=back_s, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.preflight", decision="bc_contract.problems")
 def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is_touched(llama, reliability):
     before = pid()
     # Kimi K2.6's full layer on the CPU backend: more memory than the lab host has in all
@@ -216,6 +225,7 @@ def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is
                 run_s=huge.seconds)
 
 
+@pytest.mark.path("drain.aborted", decision="bc_health.in_flight")
 def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(llama, reliability):
     """/metrics off (llama-server answers 501): unknown is not zero."""
     settings = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_engine_settings"]
@@ -231,6 +241,7 @@ def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(l
                 service_after=serving() + " (same PID)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("refused.lock", real="two hosts in one batch (serial 2): Ansible's guarded block with one host refused")
 def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(llama, tmp_path, reliability):
     """serial 2: host A's lock is held by another cycle, host B cycles; B's lock is gone afterwards."""
     hosts = lab_hosts()
@@ -255,6 +266,7 @@ def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(
                 detect_s=None, run_s=None)
 
 
+@pytest.mark.path("stop.ready", real="a whole cycle fetching its results to a configured controller directory")
 def test_results_go_to_the_configured_directory_and_the_summary_is_published(llama):
     with tempfile.TemporaryDirectory() as results:
         run = playbook("benchmark_cycle.yml", extra_vars={"bc_results_dir": results})
@@ -263,6 +275,7 @@ def test_results_go_to_the_configured_directory_and_the_summary_is_published(lla
         assert "Publish the host's outcome as job artifacts" in run.out
 
 
+@pytest.mark.path("stop.ready", real="the host's process table (a process that mentions the server's name)")
 def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama):
     # a compiler building llama-server.cpp, outside the unit: never the cycle's to kill
     subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c",
@@ -274,6 +287,7 @@ def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama)
     sh("pkill -f '[c]c1plus' || true")
 
 
+@pytest.mark.path("refused.router", real="a router hook process's exit status")
 def test_a_router_hook_that_fails_stops_the_cycle_before_the_drain(llama, reliability):
     """The hook runs with failed_when false and no_log (its token): its exit code must still decide."""
     sh(f"printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\nexit 7\\n' > {HOOK} && chmod +x {HOOK} && rm -f /tmp/lb-log")

@@ -51,6 +51,7 @@ def gpu_lab(llama):
 
 
 @pytest.mark.parametrize("reading", sorted(FAULTS))
+@pytest.mark.path("refused.preflight", decision="bc_gpuhealth.judge")
 def test_a_sick_gpu_gets_no_benchmark_and_nothing_is_stopped(gpu_lab, reading, reliability):
     serve_gpu_report(H200.replace(*FAULTS[reading], 1))
     before = pid()
@@ -81,6 +82,8 @@ def cycle_turning_sick(extra: dict, tmp: Path) -> tuple[int, str, Path]:
 
 
 @pytest.mark.parametrize("policy", ["unrouted", "serve"])
+@pytest.mark.path("stop.gpu_sick.started",
+                  real="the post-sweep GPU check on the host after a real sweep; the textfile, JUnit and Grafana exports")
 def test_a_gpu_that_goes_bad_during_the_sweep_fails_the_cycle_and_the_policy_decides_the_router(
         gpu_lab, policy, tmp_path, reliability):
     from doubles.grafana_api import Grafana
@@ -126,6 +129,7 @@ def test_a_gpu_that_goes_bad_during_the_sweep_fails_the_cycle_and_the_policy_dec
                 service_after="active, answers 2+2=4", data_kept="full results", detect_s=None, run_s=None)
 
 
+@pytest.mark.path("stop.ready", real="an HTTP annotation refused by a Grafana double (the export's own request)")
 def test_a_grafana_that_refuses_the_token_is_a_warning_not_a_failed_cycle(gpu_lab):
     from doubles.grafana_api import Grafana
     grafana = Grafana("another-token")

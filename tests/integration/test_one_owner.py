@@ -61,6 +61,8 @@ def promised_in() -> float:
 
 
 @pytest.mark.parametrize("phase", ["sweep", "start"])
+@pytest.mark.path({"sweep": "switch.fired.started", "start": "switch.disarmed_by_start"},
+                  real="a lost controller; the host's switch timer, its grace and its clock")
 def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability, phase):
     # the start: a short sweep, then a 15 s load (ExecStartPre) to be lost in
     extra = long_sweep() if phase == "sweep" else {"bc_start_delay_s": 15}
@@ -98,6 +100,7 @@ def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability
                 service_after=serving(), data_kept="the re-run's full results", detect_s=back_s, run_s=rerun.seconds)
 
 
+@pytest.mark.path("recover.started", real="the recovery job on a host a lost controller left (systemd, the orphaned sweep, a live holder)")
 def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_holder(llama, reliability):
     """playbooks/recover.yml, the AWX recovery job: a controller lost mid-sweep (the service stopped, the host out of
     the router, the sweep running, the switch armed), then the recovery at once: it says what it found, takes the lock
@@ -146,6 +149,7 @@ def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_hold
                 service_after=serving(), data_kept="-", detect_s=back_s, run_s=run.seconds)
 
 
+@pytest.mark.path("switch.fired.started", real="ansible-runner's cancel (SIGKILL of a process group), orphaned workers, the switch's clock")
 def test_a_job_cancelled_through_ansible_runner_costs_the_grace_and_the_orphaned_polls(llama, reliability, tmp_path):
     """AWX's Cancel reaches ansible-runner, whose cancel SIGKILLs ansible-playbook's process group (ansible-runner 2.4
     runner.py:337-339, handle_termination 536-547). Without a job container to take them down (AWX's execution
@@ -191,6 +195,7 @@ def invocation() -> str:
     return sh("systemctl show -P InvocationID llama-lab").strip()
 
 
+@pytest.mark.path("lock.taken_over", real="a controller lost mid-hook; its pid gone from the process table at the take-over")
 def test_a_controller_lost_before_the_stop_leaves_the_service_serving_and_the_rerun_restores_the_router(llama, reliability):
     """Lost before the stop (in the router's removal, before the drain and the switch's arm): nothing of the service
     was touched, so nothing on the host has to act; the host is out of the router, which the lock records first, and
@@ -229,6 +234,7 @@ def test_a_controller_lost_before_the_stop_leaves_the_service_serving_and_the_re
                 service_after=serving(), data_kept="the re-run's full results", detect_s=None, run_s=rerun.seconds)
 
 
+@pytest.mark.path("lock.taken_over", decision="host_lock.expired")
 def test_a_live_holder_on_a_twin_controller_name_keeps_the_lock_until_its_heartbeat_stops(llama, reliability):
     """AWX job pods and containers often share a host name: a holder whose controller has ours, but another process
     table (another boot or pid namespace), is not proved dead by a pid missing here. It keeps the lock while its
@@ -258,6 +264,7 @@ def test_a_live_holder_on_a_twin_controller_name_keeps_the_lock_until_its_heartb
                 service_after=serving(), data_kept="the second run's full results", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("lock.taken_over", real="a lock race between two real cycles")
 def test_two_controllers_taking_over_one_dead_lock_at_once_leave_exactly_one_owner(llama, reliability):
     """Two real cycles started together against a lock whose holder's controller broke its promise: exactly one takes
     it over and inherits the record; the other is refused by the winner, named (the take-over is atomic under the
@@ -306,6 +313,7 @@ def lock_token() -> str:
     return json.loads(sh(f"cat {LOCK}/owner.json")).get("token", "")
 
 
+@pytest.mark.path("fenced", real="SIGSTOP/SIGCONT of the controller; the switch; a second cycle's take-over")
 def test_a_paused_controller_that_wakes_after_a_take_over_touches_nothing(llama, reliability):
     """A controller frozen (SIGSTOP) mid-sweep: the host's switch brings the service back once its promise ran out, a
     second cycle takes the lock over and sweeps. Woken (SIGCONT), the first one's next step is refused by the lock's
@@ -359,6 +367,7 @@ FORGED = {"token": "forged-dead-cycle", "heartbeat": 1.0, "expires": 2.0, "pid":
 HOOK_LOG = "/run/bc-lb-hook.log"
 
 
+@pytest.mark.path("refused.lock", real="a lock directory made by another uid (the host's file system ownership)")
 def test_a_lock_forged_by_a_local_user_is_refused_and_nothing_is_touched(llama, reliability):
     before = sh("systemctl show -p MainPID -p InvocationID --value llama-lab")
     sh(f"printf '#!/bin/sh\\necho \"$*\" >> {HOOK_LOG}\\n' > /usr/local/bin/lb-log && chmod 755 /usr/local/bin/lb-log; rm -f {HOOK_LOG}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import pytest
 from conftest import INVENTORY, ROOT, env, sh
 
 CHECK = "ansible-playbook benchmark_cycle.yml -i inventory/mysite --check --diff"
@@ -25,6 +26,7 @@ def pid() -> str:
     return sh("systemctl show -p MainPID --value llama-lab").strip()
 
 
+@pytest.mark.path("stop.ready", real="the guide's commands as an operator types them (check, cycle, recover)")
 def test_the_operators_path_as_the_guide_writes_it(llama, tmp_path):
     mysite = tmp_path / "mysite"
     shutil.copytree(ROOT / INVENTORY, mysite, symlinks=True)

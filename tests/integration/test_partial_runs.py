@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 from conftest import HOST, ROOT, playbook, serving, sh, wait_serving
 
@@ -33,6 +34,7 @@ def history_of(stamp: str) -> list[dict]:
     return [h for h in map(json.loads, lines) if h["host"] == HOST and h["stamp"] == stamp]
 
 
+@pytest.mark.path("partial.tags", real="tagged runs against a live unit (a running server, one stopped by hand)")
 def test_each_part_runs_on_its_own_and_keeps_its_guarantees(llama, reliability):
     before, unit = pid(), sh("sha256sum /etc/systemd/system/llama-lab.service")
 

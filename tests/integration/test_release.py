@@ -82,6 +82,7 @@ def released_lab(lab):
     remove_gpu_double()
 
 
+@pytest.mark.path("release.resumed", real="pause, release and resume of a live server (the SGLang double, nvidia-smi double)")
 def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab, reliability):
     extra = with_router(released_lab(BC_DOUBLE_TOKEN_MS="100"))
     before, full = main_pid(), used_mib()
@@ -105,6 +106,8 @@ def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab
                 "answers 4, same PID", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("release.resumed",
+                  real="a load balancer's health checks hitting a paused server, two cycles in a row (the server's journal)")
 def test_release_cycles_in_a_row_with_a_load_balancer_health_checking_during_the_pause(released_lab, reliability):
     """A load balancer health-checks every backend every second, also while it is paused for the
     release: SGLang logs "Health check failed ..." for each check that waits out its timeout while
@@ -130,6 +133,7 @@ def test_release_cycles_in_a_row_with_a_load_balancer_health_checking_during_the
                 run_s=sum(r.seconds for r in runs))
 
 
+@pytest.mark.path("release.resumed", decision="bc_health.front_end")
 def test_a_request_waiting_for_its_prefill_is_drained_not_aborted_by_the_pause(released_lab, reliability):
     """SGLang 0.5.16's /v1/loads is a snapshot the scheduler publishes at a prefill batch and when idle: a
     request waiting in its queue for room reads as none. Read alone, the drain declared zero and the release's
@@ -178,6 +182,7 @@ def probe_unit() -> dict:
     return json.loads(proc.stdout.split("=>", 1)[1])
 
 
+@pytest.mark.path("beside.ready", decision="bc_health.classify")
 def test_readiness_waits_for_a_restart_whose_stop_is_held_by_a_paused_front_end(released_lab, reliability):
     """An operator restarts a server that was left paused with a request held in its front end: its SIGTERM drain
     waits for that request, so the unit sits deactivating with the restart job queued. That is the first half of
@@ -207,6 +212,7 @@ def test_readiness_waits_for_a_restart_whose_stop_is_held_by_a_paused_front_end(
                 run_s=run.seconds)
 
 
+@pytest.mark.path("release.freed_too_little.stopped", real="a release, a resume and a stop of a live server")
 def test_a_release_that_frees_too_little_falls_back_to_the_stop(released_lab, reliability):
     extra = with_router(released_lab(BC_DOUBLE_RELEASE_FREES="0"))
     before = main_pid()
@@ -234,6 +240,7 @@ def cycle_whose_server_dies(released_lab, **fault: str) -> tuple[object, str]:
     return run, out
 
 
+@pytest.mark.path("release.resume_failed.restarted", real="a server that dies in its resume; systemd's restart")
 def test_a_resume_that_kills_the_server_is_followed_by_a_restart(released_lab, reliability):
     run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RESUME_FAILS="oom")
     assert "the resume of the released memory" in out and "the server was restarted" in out, out[-3000:]
@@ -243,6 +250,7 @@ def test_a_resume_that_kills_the_server_is_followed_by_a_restart(released_lab, r
                 service_after="active, answers 4 (restarted)", data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("release.resume_failed.restarted", decision="inference_memory.resumed")
 def test_a_resume_that_gives_nothing_back_is_not_believed(released_lab, reliability):
     """The resume answers 200 and takes no memory back (a memory saver that failed quietly): believed by
     its 200 alone the cycle was green and the KV cache never came back; read back on the GPU, it is a
@@ -256,6 +264,7 @@ def test_a_resume_that_gives_nothing_back_is_not_believed(released_lab, reliabil
                 data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
+@pytest.mark.path("release.resume_failed.restarted", real="a restart bounded by SIGKILL, not TimeoutStopSec (systemd, a clock)")
 def test_a_paused_server_holding_a_request_is_restarted_within_a_bound(released_lab, reliability):
     """The resume is refused and the server stays released and paused, while a client's request reached it
     during the sweep: the front end holds it, and SGLang's SIGTERM drain would wait for it until
@@ -332,6 +341,8 @@ def kill_controller_mid_sweep(extra: dict, meanwhile: Callable[[], None] | None 
     return killed_at
 
 
+@pytest.mark.path("lock.taken_over.release_restarted",
+                  real="SIGKILL of the controller mid-release; the re-run's take-over and bounded restart")
 def test_a_controller_killed_mid_sweep_with_a_request_held_then_a_rerun_serves_with_no_operator(released_lab, reliability):
     """The H200 case of #24: the controller dies during a release cycle's sweep while a client's request waits in
     the paused server's front end; the operator re-runs the cycle at once. The re-run takes the lock over, ends
@@ -366,6 +377,7 @@ def test_a_controller_killed_mid_sweep_with_a_request_held_then_a_rerun_serves_w
                 run_s=rerun.seconds)
 
 
+@pytest.mark.path("switch.other_start.nothing", real="systemd's InvocationID of an operator's restart; the switch's service")
 def test_the_switch_leaves_alone_a_server_an_operator_restarted_by_hand(released_lab, reliability):
     """#26: the controller died with the server released; an operator restarted the unit by hand and it serves.
     When the switch fires (its service run now, as its timer would run it later) it finds another start of the
@@ -403,6 +415,7 @@ def test_the_switch_leaves_alone_a_server_an_operator_restarted_by_hand(released
                 service_after="active, answers 4, the operator's PID", data_kept="-", detect_s=None, run_s=None)
 
 
+@pytest.mark.path("release.failed.restarted", real="a server that dies in its release; systemd's restart")
 def test_a_release_that_kills_the_server_is_followed_by_a_restart(released_lab, reliability):
     run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RELEASE_FAILS="crash")
     assert "the release of sglang-double's memory failed" in out, out[-3000:]
@@ -413,6 +426,7 @@ def test_a_release_that_kills_the_server_is_followed_by_a_restart(released_lab, 
                 run_s=run.seconds)
 
 
+@pytest.mark.path("switch.fired.restarted", real="SIGKILL of the controller with the server released; the switch's timer and clock")
 def test_a_killed_controller_on_the_release_path_is_covered_by_a_restart(released_lab, reliability):
     # a sweep budget (120 s) the kill lands inside on a loaded machine too: else the controller ends the sweep itself;
     # the sweep held at its gate, burning no CPU while the case waits out the switch's window

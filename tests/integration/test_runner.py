@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 
 import ansible_runner
+import pytest
 from conftest import INVENTORY, ROOT, sh
 
 SECRET = "sk-runner-secret-41c2"
 
 
+@pytest.mark.path("stop.ready", real="ansible-runner as AWX runs it (events, artifacts, a credential file)")
 def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     pdd = tmp_path / "pdd"
     (pdd / "env").mkdir(parents=True)
@@ -61,6 +63,7 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
               "-d '{\"prompt\": \"1\", \"n_predict\": 1}' http://127.0.0.1:8080/completion").strip() == "401"
 
 
+@pytest.mark.path("stop.sweep_failed.started", real="ansible-runner's artifacts of a failed job")
 def test_a_failed_job_publishes_its_outcome_too(llama, tmp_path):
     """A roll that stops at a failed host runs no later play: the outcome (what failed, whether the service was started
     again, the drain, the router) is published by the cycle itself, on every exit, for AWX to show on the failed job."""

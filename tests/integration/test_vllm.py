@@ -140,6 +140,7 @@ def health(server: Server, probe: str, **extra: object) -> dict:
     return adhoc("inference_health", args)
 
 
+@pytest.mark.path("none.server", real="a real vLLM server")
 def test_a_real_vllm_is_ready_answers_and_reads_idle_through_the_projects_health_check(vllm):
     ready = health(vllm, "readiness")
     assert ready["ready"] and ready["phase"] == "ready", ready
@@ -153,6 +154,7 @@ def test_a_real_vllm_is_ready_answers_and_reads_idle_through_the_projects_health
     assert load["in_flight"] is None and "main process was not read" in load["in_flight_unknown"], load
 
 
+@pytest.mark.path("none.server", real="a real vLLM's process table")
 def test_the_stop_recognises_every_process_of_the_real_server(vllm):
     from ansible.module_utils.bc_engines import ENGINES
     from ansible.module_utils.bc_unit import engine_process
@@ -170,6 +172,7 @@ def test_the_stop_recognises_every_process_of_the_real_server(vllm):
     assert all("multiprocessing.resource_tracker" in " ".join(a) for a in unrecognised), unrecognised
 
 
+@pytest.mark.path("none.server", real="a real vLLM whose engine is stopped (SIGSTOP)")
 def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
     """The EngineCore stopped (SIGSTOP: a hung engine) with two completions open: /health still answers 200 and the
     engine's own gauges are its last report (0 and 0 when this was first run); the project's drain counts the API
@@ -212,6 +215,7 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
     assert module_probe(vllm, "readiness", timeout=30)["ready"]
 
 
+@pytest.mark.path("none.server", real="a real vLLM's SIGTERM drain")
 def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
     """SIGTERM with a request in flight: with --shutdown-timeout, vLLM finishes it, and meanwhile /health answers 200
     while each new request is refused with 500; the project's readiness says stopping throughout, never ready."""
@@ -256,6 +260,7 @@ def request_body(url: str) -> str:
     return request("GET", url, 5, None, [""], True).body.replace(" ", "")
 
 
+@pytest.mark.path("none.server", real="a real vLLM whose engine is killed")
 def test_a_dead_engine_is_judged_dead_at_once_with_vllms_own_words(vllm_to_kill):
     from ansible.module_utils.bc_health import classify, request
 
@@ -272,6 +277,7 @@ def test_a_dead_engine_is_judged_dead_at_once_with_vllms_own_words(vllm_to_kill)
     assert "EngineCore encountered an issue" in verdict["reason"], verdict
 
 
+@pytest.mark.path("none.server", real="a real vLLM's exit status after its engine died")
 def test_the_api_server_exits_once_its_engine_is_dead_and_says_how(vllm_to_kill):
     """What a unit's Restart= policy sees: vLLM's API server ends by itself after its engine died. Its exit status is
     recorded (docs/engines.md); a status of 0 would never be restarted by Restart=on-failure."""

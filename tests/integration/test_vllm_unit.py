@@ -102,6 +102,7 @@ def vllm_host(tmp_path_factory: pytest.TempPathFactory):
         kill_orphaned_controllers(str(inventory))  # a cycle killed by its timeout leaves its workers
 
 
+@pytest.mark.path("stop.ready", real="a real vLLM installed and started by the cycle under systemd")
 def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     run = vllm_host.cycle()
     assert run.rc == 0, run.out[-4000:]
@@ -114,6 +115,7 @@ def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     assert "4" in answer["choices"][0]["text"], answer
 
 
+@pytest.mark.path("none.server", real="systemd's Restart=always after a real vLLM's engine is killed")
 def test_an_engine_that_dies_is_restarted_by_the_units_policy(vllm_host):
     """vLLM's API server exits 0 once its EngineCore has died (test_vllm.py): the project's unit has Restart=always,
     so systemd starts it again; Restart=on-failure would leave the host down with a unit that reads 'inactive'."""
@@ -138,6 +140,7 @@ def test_an_engine_that_dies_is_restarted_by_the_units_policy(vllm_host):
     assert "4" in vllm_host.completion()["choices"][0]["text"]
 
 
+@pytest.mark.path("drain.aborted", real="a real vLLM whose stalled engine holds requests at the drain's deadline")
 def test_a_cycle_never_stops_a_vllm_whose_stalled_engine_still_holds_requests(vllm_host):
     """The EngineCore stopped (SIGSTOP: a hung engine) with two requests open from a client. vLLM's /health answers 200
     and its engine gauges read 0 (test_vllm.py); the drain reads the API server's own count and waits, and at its
@@ -175,6 +178,7 @@ def test_a_cycle_never_stops_a_vllm_whose_stalled_engine_still_holds_requests(vl
     assert [r.status for r in results] == [200, 200], [(r.status, r.body[:200], r.error) for r in results]
 
 
+@pytest.mark.path("stop.ready", real="systemd's stop and start of a real vLLM")
 def test_a_cycle_stops_the_real_vllm_through_systemd_and_brings_it_back(vllm_host):
     vllm_host.serving()
     before = vllm_host.processes()
