@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import HttpResult, request
-from ansible.module_utils.bc_release import Release, ReleaseError, json_values, server_problem, support
+from ansible.module_utils.bc_release import (
+    Release,
+    ReleaseError,
+    env_true,
+    host_gpus,
+    json_values,
+    meminfo_available_mib,
+    server_problem,
+    support,
+    whole_support,
+)
 from ansible.module_utils.bc_strategy import choose
 from test_modules_adhoc import adhoc
 
@@ -98,7 +108,7 @@ SUP = {"supported": True, "releasable_gib": 17.58, "why": ""}
 @pytest.mark.parametrize(("policy", "sizing", "sup", "strategy", "words"), [
     ("auto", {"fits": True, "has_gpu": True, "need_mib": 900, "free_mib": 3000}, SUP, "beside", "fits beside"),
     ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000}, SUP, "release", "3000 MiB free + 18001"),
-    ("auto", {"fits": False, "has_gpu": True, "need_mib": 30000, "free_mib": 3000}, SUP, "stop", "even after a release"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 30000, "free_mib": 3000}, SUP, "stop", "even after a KV release"),
     ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000},
      {"supported": False, "releasable_gib": None, "why": "sglang runs without enable_memory_saver"}, "stop", "without enable_memory_saver"),
     ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000},
@@ -134,9 +144,10 @@ def test_the_servers_numbers_as_the_real_one_gives_them():
 
 def test_engines_without_a_release_are_stopped_instead():
     llama, _ = resolve("llamacpp", None)
-    assert support(llama, "llamacpp", None) == {"supported": False, "saver_on": None, "releasable_gib": None,
-                                                "why": "llamacpp cannot free its GPU memory in place (no release in its profile)",
-                                                "setting": None}
+    got = support(llama, "llamacpp", None)
+    assert got.pop("whole")["why"] == "llamacpp cannot release its weights in place (no whole release in its profile)"
+    assert got == {"supported": False, "saver_on": None, "releasable_gib": None,
+                   "why": "llamacpp cannot free its GPU memory in place (no release in its profile)", "setting": None}
     with pytest.raises(ReleaseError):
         Release(llama, "llamacpp", lambda *a: None, 5)
 
@@ -350,3 +361,76 @@ def test_a_failed_step_says_what_the_server_is_left_as(answers, state, asked_con
     assert err.value.state == state, str(err.value)
     assert ("/continue_generation" in calls) is asked_continue
     assert "/release_memory_occupation" not in calls and "/resume_memory_occupation" not in calls
+
+
+# -- a whole-GPU release (#47): what the live server's info and the host say --------------------------------------
+WHOLE = PROF["release"]["whole"]
+# /server_info as 0.5.16 answers it (http_server.py 0.5.16:743-762): the start flags, the version, per-DP-rank usage
+INFO = {"version": "0.5.16", "enable_memory_saver": True, "enable_weights_cpu_backup": True, "tp_size": 8, "pp_size": 1,
+        "dp_size": 1, "nnodes": 1, "enable_dp_attention": False,
+        "internal_states": [{"memory_usage": {"weight": 72.5, "kvcache": 41.64, "graph": 1.2, "token_capacity": 812345}}]}
+GRAPH_ENV = {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "1"}
+HOST = 2_000_000  # MiB available
+
+
+@pytest.mark.parametrize(("info", "environ", "host", "tags", "words"), [
+    (INFO, {}, HOST, ["kv_cache", "weights"], ""),
+    # 0.5.16 does not back the graph pool up (full_cuda_graph_backend.py 0.5.16:99-106): left resident, said why
+    (INFO, GRAPH_ENV, HOST, ["kv_cache", "weights"], ""),
+    (dict(INFO, version="0.5.21"), GRAPH_ENV, HOST, ["kv_cache", "weights", "cuda_graph"], ""),
+    (dict(INFO, version="0.5.23"), {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "True"}, HOST, ["kv_cache", "weights", "cuda_graph"], ""),
+    (dict(INFO, version="0.5.23"), {}, HOST, ["kv_cache", "weights"], ""),       # the pool is not in the saver's region
+    (dict(INFO, version="0.5.23"), None, HOST, ["kv_cache", "weights"], ""),     # environment not read: not released
+    (dict(INFO, enable_weights_cpu_backup=False), {}, HOST, None, "weights: it runs without enable_weights_cpu_backup"),
+    ({k: v for k, v in INFO.items() if k != "enable_weights_cpu_backup"}, {}, HOST, None, "without enable_weights_cpu_backup"),
+    (dict(INFO, enable_memory_saver=False), {}, HOST, None, "kv_cache: it runs without enable_memory_saver"),
+    (dict(INFO, internal_states=[{"memory_usage": {"kvcache": 41.64}}]), {}, HOST, None, "does not say how big it is"),
+    (dict(INFO, tp_size=None), {}, HOST, None, "how many GPUs of this host it runs on is unknown"),
+    (INFO, {}, None, None, "the host's available memory is unknown"),
+    # 8 x 72.5 GiB = 593920 MiB pinned; 90% of 600000 is 540000
+    (INFO, {}, 600_000, None, "the weights' pinned host copy needs 593920 MiB and the host has 600000 MiB available"),
+    (dict(INFO, nnodes=2), {}, 600_000, ["kv_cache", "weights"], ""),            # 4 of the 8 ranks on this host
+    (None, {}, HOST, None, "kv_cache: it runs without enable_memory_saver"),     # an unreadable answer
+])
+def test_a_whole_release_takes_what_the_live_server_and_the_host_can_do(info, environ, host, tags, words):
+    got = whole_support(WHOLE, "sglang", info, environ, host)
+    assert got["supported"] is (tags is not None) and words in got["why"], got
+    if tags:
+        assert got["tags"] == tags and got["checker"] == "/weights_checker"
+        assert got["releasable_gib"] == round(41.64 + 72.5 + (1.2 if "cuda_graph" in tags else 0), 2)
+        assert ("cuda_graph" in got["resident"]) is ("cuda_graph" not in tags)
+    else:
+        assert got["releasable_gib"] is None
+
+
+def test_what_the_host_and_the_server_say_is_read_as_the_releases_define_it():
+    assert meminfo_available_mib("MemTotal: 2113 kB\nMemAvailable:   1048576 kB\n") == 1024
+    for text in (None, "", "MemFree: 5 kB", "MemAvailable: lots"):
+        assert meminfo_available_mib(text) is None
+    assert [env_true(e, "X") for e in ({"X": "1"}, {"X": "TRUE"}, {"X": "0"}, {}, None)] == [True, True, False, False, None]
+    ranks = WHOLE["ranks"]
+    assert host_gpus(INFO, ranks) == 8 and host_gpus(dict(INFO, dp_size=2), ranks) == 16
+    assert host_gpus(dict(INFO, dp_size=8, enable_dp_attention=True), ranks) == 8
+    assert host_gpus(dict(INFO, pp_size=0), ranks) is None and host_gpus(dict(INFO, tp_size=True), ranks) is None
+    # the version without a checksum (0.5.10) and one that does not say
+    assert whole_support(WHOLE, "sglang", dict(INFO, version="0.5.10"), {}, HOST)["checker"] is None
+    assert whole_support(WHOLE, "sglang", dict(INFO, version=None), {}, HOST)["checker"] is None
+    assert "no whole release" in support(resolve("vllm", "0.32")[0], "vllm", None)["whole"]["why"]
+
+
+def test_the_release_sends_the_whole_tags_with_the_copys_deadline_and_refuses_unknown_ones():
+    calls: list = []
+
+    def http(method, path, payload, timeout):
+        calls.append((path, payload, timeout))
+        return HttpResult(200, '{"loads": [{"num_running_reqs": 0, "num_waiting_reqs": 0}]}')
+
+    rel = Release(PROF, "sglang", http, 10, tags=["kv_cache", "weights"], move_timeout=600)
+    rel.release()
+    rel.resume()
+    moved = {p: (pl, t) for p, pl, t in calls if p.endswith("memory_occupation")}
+    assert moved == {"/release_memory_occupation": ({"tags": ["kv_cache", "weights"]}, 600),
+                     "/resume_memory_occupation": ({"tags": ["kv_cache", "weights"]}, 600)}
+    for tags in ([], ["optimizer"]):  # [] would be every tag to SGLang (weight_updater.py 0.5.16:193-194)
+        with pytest.raises(ReleaseError, match="cannot release tags"):
+            Release(PROF, "sglang", http, 10, tags=tags)
