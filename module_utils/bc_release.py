@@ -232,6 +232,9 @@ def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ:
             out["checker"] = checker["path"]
     except ValueError:
         pass
+    if not out["checker"]:  # identity after the resume would be unknown, and unknown is a restart: no whole release
+        missing.append("%s %s has no weights checksum (%s from %s): what comes back after a resume cannot be proven"
+                       % (engine, version or "(version unknown)", (checker or {}).get("path"), (checker or {}).get("since")))
     out["why"] = "; ".join(missing)
     out["supported"] = not missing
     out["releasable_gib"] = round(sum(per_gpu.values()), 2) if not missing else None

@@ -412,9 +412,10 @@ def test_what_the_host_and_the_server_say_is_read_as_the_releases_define_it():
     assert host_gpus(INFO, ranks) == 8 and host_gpus(dict(INFO, dp_size=2), ranks) == 16
     assert host_gpus(dict(INFO, dp_size=8, enable_dp_attention=True), ranks) == 8
     assert host_gpus(dict(INFO, pp_size=0), ranks) is None and host_gpus(dict(INFO, tp_size=True), ranks) is None
-    # the version without a checksum (0.5.10) and one that does not say
-    assert whole_support(WHOLE, "sglang", dict(INFO, version="0.5.10"), {}, HOST)["checker"] is None
-    assert whole_support(WHOLE, "sglang", dict(INFO, version=None), {}, HOST)["checker"] is None
+    # the version without a checksum (0.5.10) and one that does not say: identity unprovable, no whole release
+    for version in ("0.5.10", None):
+        got = whole_support(WHOLE, "sglang", dict(INFO, version=version), {}, HOST)
+        assert got["checker"] is None and not got["supported"] and "has no weights checksum" in got["why"]
     assert "no whole release" in support(resolve("vllm", "0.32")[0], "vllm", None)["whole"]["why"]
 
 
