@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import HttpResult, request
+from ansible.module_utils.bc_identity import FINGERPRINT, identity
 from ansible.module_utils.bc_release import (
     Release,
     ReleaseError,
@@ -40,14 +41,14 @@ GPU = "81559,60000,18000"  # total, weights, KV cache (MiB)
 
 
 class Server:
-    def __init__(self, tmp: Path, saver: bool = True, **env: str) -> None:
+    def __init__(self, tmp: Path, saver: bool = True, extra: tuple[str, ...] = (), **env: str) -> None:
         self.port, self.state_dir = free_port(), tmp / "gpu"
         self.url = "http://127.0.0.1:%d" % self.port
         args = [sys.executable, str(DOUBLE), "--model-path", "/m", "--served-model-name", "kimi-k2.6",
-                "--host", "127.0.0.1", "--port", str(self.port)] + (["--enable-memory-saver"] if saver else [])
+                "--host", "127.0.0.1", "--port", str(self.port)] + (["--enable-memory-saver"] if saver else []) + list(extra)
         self.log = open(tmp / "server.log", "w+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=dict(
-            os.environ, BC_DOUBLE_SGLANG_VERSION="0.5.16", BC_DOUBLE_LOAD_S="0", BC_DOUBLE_WARMUP_S="0",
+            os.environ, BC_DOUBLE_SGLANG_VERSION=env.pop("version", "0.5.16"), BC_DOUBLE_LOAD_S="0", BC_DOUBLE_WARMUP_S="0",
             BC_DOUBLE_GPU=GPU, BC_DOUBLE_GPU_STATE=str(self.state_dir / "s.json"), SGLANG_HEALTH_CHECK_TIMEOUT="1", **env))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -435,3 +436,47 @@ def test_the_release_sends_the_whole_tags_with_the_copys_deadline_and_refuses_un
     for tags in ([], ["optimizer"]):  # [] would be every tag to SGLang (weight_updater.py 0.5.16:193-194)
         with pytest.raises(ReleaseError, match="cannot release tags"):
             Release(PROF, "sglang", http, 10, tags=tags)
+
+
+def looks(s: Server) -> dict:
+    """What identity reads of a server: its weights' checksum, the fixed prompt's fingerprint, the known answer."""
+    check = s.http("POST", "/weights_checker", {"action": "checksum"}, 10)
+    fpr = s.http("POST", "/v1/completions", dict(FINGERPRINT, model="kimi-k2.6"), 10)
+    return {"checksum": json.loads(check.body) if check.status == 200 else None,
+            "fingerprint": json.loads(fpr.body) if fpr.status == 200 else None, "answer": completion(s)["choices"][0]["text"]}
+
+
+@pytest.mark.parametrize(("extra", "env", "tags", "verdict"), [
+    (("--enable-weights-cpu-backup", "--tp-size", "2"), {}, ["kv_cache", "weights"], "ok"),
+    # no backup: the weights' content is discarded, the resume answers 200 and the server answers garbage
+    (("--tp-size", "2"), {}, ["kv_cache", "weights"], "mismatch"),
+    # the graph pool in the saver's region, released on 0.5.16 (no backup of it): lost too; on 0.5.21 it comes back
+    (("--enable-weights-cpu-backup",), {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "1"}, ["kv_cache", "weights", "cuda_graph"], "mismatch"),
+    (("--enable-weights-cpu-backup",), {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "1", "version": "0.5.23"},
+     ["kv_cache", "weights", "cuda_graph"], "ok"),
+])
+def test_a_whole_release_comes_back_identical_only_with_what_backs_it_up(server, extra, env, tags, verdict):
+    s = server(extra=extra, **env)
+    info = json.loads(s.http("GET", "/server_info", None, 5).body)
+    assert info["tp_size"] == (2 if "--tp-size" in extra else 1)
+    before, used = looks(s), s.used_mib()
+    assert len(before["checksum"]["ranks"]) == info["tp_size"]
+    rel = Release(PROF, "sglang", s.http, 10, tags=tags, move_timeout=30)
+    rel.release()
+    assert used - s.used_mib() == 60000 + 18000  # the weights and the KV cache are off the GPU
+    rel.resume()
+    got = identity(before, looks(s), "4")
+    assert got["verdict"] == verdict, got
+    assert s.alive() and s.used_mib() == used
+
+
+def test_the_doubles_checker_and_info_have_the_releases_shapes(server):
+    s = server(extra=("--enable-weights-cpu-backup",))
+    info = json.loads(s.http("GET", "/server_info", None, 5).body)
+    got = support(PROF, "sglang", s.http("GET", "/server_info", None, 5), {"argv": [], "environ": {}}, 10_000_000)
+    assert got["whole"]["supported"] and got["whole"]["tags"] == ["kv_cache", "weights"], got
+    assert got["whole"]["host_backup_mib"] == int(info["internal_states"][0]["memory_usage"]["weight"] * 1024)
+    assert s.http("POST", "/weights_checker", {"action": "nope"}, 5).status == 400
+    assert json.loads(s.http("POST", "/weights_checker", {"action": "snapshot"}, 5).body) == {"success": True, "message": "Success."}
+    old = server(version="0.5.10")
+    assert "ranks" not in json.loads(old.http("POST", "/weights_checker", {"action": "checksum"}, 5).body)
