@@ -61,13 +61,36 @@ why:
   returned: always
   type: str
   sample: ""
+whole:
+  description:
+    - What a whole-GPU release (weights and KV cache, and the CUDA graph pool where the version backs it up) would
+      take and free, from the server's own info, its main process's environment and this host's MemAvailable.
+    - C(supported), C(tags) (to release), C(releasable_gib) (per GPU), C(resident) (each tag left on the GPU, with why),
+      C(host_backup_mib) (the pinned host copy on this host), C(host_available_mib), C(checker) (the weights checksum
+      route, null where the version has none), C(timeout_s) (the release's and resume's deadline for the copy) and
+      C(why) (each missing piece).
+  returned: always
+  type: dict
+  sample: {supported: false, tags: [kv_cache], releasable_gib: null, resident: {}, host_backup_mib: null,
+           host_available_mib: 1900000, checker: /weights_checker, timeout_s: null,
+           why: "weights: it runs without enable_weights_cpu_backup (set bc_engine_settings.enable_weights_cpu_backup: true; ...)"}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import request
 from ansible.module_utils.bc_host import check_timeout, main_process, redact
-from ansible.module_utils.bc_release import SERVER_SPEC, server_keys, support
+from ansible.module_utils.bc_release import SERVER_SPEC, meminfo_available_mib, server_keys, support
+
+
+def host_available_mib() -> int | None:
+    """This host's MemAvailable (MiB), None when /proc/meminfo cannot be read: the pinned copy of the weights
+    is taken from it."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            return meminfo_available_mib(fh.read())
+    except OSError:
+        return None
 
 
 def main() -> None:
@@ -83,8 +106,9 @@ def main() -> None:
     rel = prof.get("release")
     answer = (request("GET", p["url"].rstrip("/") + rel["info_path"], p["timeout"], None, server_keys(p), p["validate_certs"])
               if rel else None)
-    result = support(prof, p["engine"], answer, main_process(p["unit"]) if p["unit"] else None)
+    result = support(prof, p["engine"], answer, main_process(p["unit"]) if p["unit"] else None, host_available_mib())
     result["why"] = redact(result["why"], server_keys(p))
+    result["whole"]["why"] = redact(result["whole"]["why"], server_keys(p))
     module.exit_json(changed=False, **result)
 
 

@@ -19,6 +19,55 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# Free the whole GPU in place (strategy release_all): the weights and, where the version backs it up, the CUDA
+# graph pool, beside the KV cache. Read from the SGLang wheels 0.5.10-0.5.23:
+#  - tags (managers/scheduler_components/weight_updater.py 0.5.16:186-229 release, 231-262 resume; no tags = all
+#    three, :193-194, so the payload always names them): `weights` is paused after a TP barrier (:217-222) and its
+#    content is a discard unless the region was opened with a CPU backup: load_model_utils.py 0.5.16:218-224 opens it
+#    with enable_cpu_backup=server_args.enable_weights_cpu_backup (the draft model's too). Without the backup a
+#    resume gives garbage weights that answer HTTP 200 (the reason identity is proven after every resume)
+#  - `cuda_graph`: the pool is in the saver's region only with SGLANG_MEMORY_SAVER_CUDA_GRAPH=1 at start
+#    (model_executor/runner_backend/full_cuda_graph_backend.py 0.5.16:64-67), and it is backed up only from 0.5.21
+#    (the same file 0.5.21:168-171 enable_cpu_backup=True, "replays read capture-time state from the pool"; 0.5.16
+#    :99-106, 0.5.17, 0.5.18 :118-123, 0.5.19, 0.5.20 :164-169 pass none). Before that a graph release is a discard:
+#    the graph pool stays resident (never released) and is not counted as freed
+#  - what each frees: /server_info (http_server.py 0.5.16:743-762) is dataclasses.asdict(server_args) (every start flag,
+#    enable_memory_saver and enable_weights_cpu_backup among them), "version", and internal_states[] per DP rank with
+#    memory_usage {weight, kvcache, graph} in GiB of one GPU (managers/scheduler.py 0.5.16:3879-3885;
+#    weight_load_mem_usage = the device's free memory before - after the load, model_runner.py 0.5.16:972-973, in
+#    GiB: utils/common.py:538); tp_size, pp_size, dp_size, nnodes, enable_dp_attention (server_args.py 0.5.16:886-977)
+#    say how many ranks (GPUs) of this host the weights backup pins host memory for
+#  - identity: POST /weights_checker {"action": "checksum"} (http_server.py 0.5.16:1443-1459; io_struct.py:1754-1756)
+#    answers 200 {"success", "message", "ranks": [{"checksums": {name: hex}, "per_gpu_checksum": sha256,
+#    "parallelism_info": {tp_rank, ...}}], "per_engine_checksum": sha256} (tokenizer_control_mixin.py 0.5.16:773-796;
+#    utils/weight_checker.py:121-158 hashes every parameter and buffer, dequantized) and 400 on failure. 0.5.15 has the
+#    same (http_server.py 0.5.15:1398-1414); 0.5.10's answers only success and message (http_server.py 0.5.10:1193-1200,
+#    weight_checker.py:19 has no checksum): no checksum there
+WHOLE_SGLANG: dict[str, Any] = {
+    "setting": "enable_weights_cpu_backup",
+    # each tag a whole release may take, and what the live server must show for it (its /server_info fields, the
+    # environment of its main process, its own version)
+    "tags": {
+        "kv_cache": {"info_on": ["enable_memory_saver"], "info_gib": "internal_states[].memory_usage.kvcache"},
+        "weights": {"info_on": ["enable_memory_saver", "enable_weights_cpu_backup"],
+                    "info_gib": "internal_states[].memory_usage.weight", "host_backup": True},
+        "cuda_graph": {"info_on": ["enable_memory_saver"], "info_gib": "internal_states[].memory_usage.graph",
+                       # read as get_bool_env_var does: "1" or "true", any case (utils/common.py 0.5.16:1225-1231)
+                       "env_true": "SGLANG_MEMORY_SAVER_CUDA_GRAPH", "backed_up_since": "0.5.21", "host_backup": True},
+    },
+    # a tag that cannot be released safely is left resident, except these: without them it is no whole release
+    "required": ["kv_cache", "weights"],
+    "info_version": "version",
+    "ranks": {"tp": "tp_size", "pp": "pp_size", "dp": "dp_size", "dp_attention": "enable_dp_attention", "nodes": "nnodes"},
+    # host memory the pinned copy may take at most, of what the host has available (the rest: the OS, the sweep)
+    "host_share": 0.9,
+    "checker": {"path": "/weights_checker", "payload": {"action": "checksum"}, "since": "0.5.15"},
+    # a copy to pinned host memory: the first release pins it (20.8 s for 32 GiB on an H100, 1.65 GB/s,
+    # docs/design whole-gpu), a resume copies it back (41 GB/s there). The release and resume calls get this long per GiB
+    # of this host's backup, at least the release's own timeout
+    "host_copy_s_per_gib": 1.0,
+}
+
 ENGINES: dict[str, dict[str, Any]] = {
     "sglang": {
         # the server's flag of each setting (roles/service_unit renders the command line from these); a list is a
@@ -46,6 +95,9 @@ ENGINES: dict[str, dict[str, Any]] = {
             "reasoning_parser": "--reasoning-parser",
             "cuda_graph_max_bs": [["0", "--cuda-graph-max-bs"], ["0.5.15", "--cuda-graph-max-bs-decode"]],
             "enable_memory_saver": "--enable-memory-saver",
+            # the weights copied to pinned host memory on a release and back on the resume (a whole-GPU release:
+            # release.whole below); server_args.py 0.5.16:2831-2834, in every flag table 0.5.10-0.5.23
+            "enable_weights_cpu_backup": "--enable-weights-cpu-backup",
             # a setting the server reads from its environment, not its command line: where its loader finds tuned
             # Triton MoE configs, configs/triton_<version>/<E=..,N=..,device_name=..,dtype=..>.json inside
             # (moe_runner/triton_utils/fused_moe_triton_config.py 0.5.16:91-101; the sweep's triton_tuned writes
@@ -149,6 +201,7 @@ ENGINES: dict[str, dict[str, Any]] = {
                       "resume": ["/resume_memory_occupation", {"tags": ["kv_cache"]}],
                       "continue": ["/continue_generation", {}]},
             "tested": "the real 0.5.16 server on an H200 (tests/gpu/probe_release.sh, tests/gpu/e2e_cycle.sh)",
+            "whole": WHOLE_SGLANG,
         },
         "failure": [
             r"scheduler died during initialization",

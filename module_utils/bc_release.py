@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible.module_utils.bc_engines import ENGINES
+from ansible.module_utils.bc_engines import ENGINES, version_key
 from ansible.module_utils.bc_health import HttpResult, in_flight, server_message
 from ansible.module_utils.bc_host import flag_on, flag_value, loopback
 
@@ -97,28 +97,34 @@ def server_problem(rel: dict[str, Any], engine: str, server: dict[str, Any] | No
 
 
 def support(prof: dict[str, Any], engine: str, answer: HttpResult | None,
-            server: dict[str, Any] | None = None) -> dict[str, Any]:
+            server: dict[str, Any] | None = None, host_available_mib: int | None = None) -> dict[str, Any]:
     """What the live server says about releasing its memory: `supported`, `saver_on`,
     `releasable_gib` (per GPU: the smallest rank's, None when the engine does not say) and `why`
-    when it cannot. `answer` is its info endpoint's reply (None: not asked); `server` its main process
-    (bc_host.main_process: argv and environ; None: not read), where the profile says what it must run with."""
+    when it cannot; `whole`: what a whole-GPU release would take and free, and why not (whole_support).
+    `answer` is its info endpoint's reply (None: not asked); `server` its main process
+    (bc_host.main_process: argv and environ; None: not read), where the profile says what it must run with;
+    `host_available_mib` the host's MemAvailable (meminfo_available_mib; None: not read)."""
     rel = prof.get("release")
     out: dict[str, Any] = {"supported": False, "saver_on": None, "releasable_gib": None, "why": "",
-                           "setting": (rel or {}).get("setting")}
+                           "setting": (rel or {}).get("setting"), "whole": whole_support(None, engine, None, None, None)}
     if not rel:
         out["why"] = "%s cannot free its GPU memory in place (no release in its profile)" % engine
         return out
     out["why"] = server_problem(rel, engine, server)
     if out["why"]:
+        out["whole"]["why"] = out["why"] if rel.get("whole") else out["whole"]["why"]
         return out
     if answer is None or answer.status != 200:
         got = "no answer" if answer is None else ("HTTP %s" % answer.status if answer.status else answer.error)
         out["why"] = "%s answered %s at %s: whether it can release its memory is unknown" % (engine, got, rel["info_path"])
+        out["whole"]["why"] = out["why"] if rel.get("whole") else out["whole"]["why"]
         return out
     try:
         data = json.loads(answer.body or "null")
     except ValueError:
         data = None
+    if rel.get("whole"):
+        out["whole"] = whole_support(rel["whole"], engine, data, (server or {}).get("environ"), host_available_mib)
     if rel.get("info_saver"):
         out["saver_on"] = isinstance(data, dict) and data.get(rel["info_saver"]) is True
         if not out["saver_on"]:
@@ -131,6 +137,110 @@ def support(prof: dict[str, Any], engine: str, answer: HttpResult | None,
     return out
 
 
+def meminfo_available_mib(text: str | None) -> int | None:
+    """MemAvailable of /proc/meminfo in MiB (the host's memory a new pinned allocation can take without swapping
+    others out); None when the text is absent or has no such line."""
+    for line in (text or "").splitlines():
+        key, _sep, rest = line.partition(":")
+        parts = rest.split()
+        if key.strip() == "MemAvailable" and parts and parts[0].isdigit():
+            return int(parts[0]) // 1024 if parts[1:2] == ["kB"] else None
+    return None
+
+
+def env_true(environ: dict[str, str] | None, name: str) -> bool | None:
+    """Whether `name` reads as true the way SGLang's get_bool_env_var does ("1" or "true", any case:
+    utils/common.py 0.5.16:1225-1231); None when the environment was not read."""
+    if environ is None:
+        return None
+    return str(environ.get(name, "")).strip().lower() in ("1", "true")
+
+
+def host_gpus(data: dict[str, Any], ranks: dict[str, str]) -> int | None:
+    """How many GPUs of this host the server runs on, from its start flags in /server_info: tp x pp, x dp unless
+    DP attention shares the TP group's GPUs, over its nodes; None when a field is absent or not a positive number."""
+    got = {k: data.get(v) for k, v in ranks.items()}
+    if any(not isinstance(got[k], int) or isinstance(got[k], bool) or got[k] < 1 for k in ("tp", "pp", "dp", "nodes")):
+        return None
+    gpus = got["tp"] * got["pp"] * (1 if got["dp_attention"] is True else got["dp"])
+    return max(1, gpus // got["nodes"])
+
+
+def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ: dict[str, str] | None,
+                  host_available_mib: int | None) -> dict[str, Any]:
+    """What a whole-GPU release would take and free, from the live server's info (`data`: its /server_info), its
+    main process's environment (None: not read) and the host's available memory (MiB, None: not read): `tags` to
+    release, `releasable_gib` (per GPU, the smallest rank's, summed over the tags), `resident` (each tag left on the
+    GPU, and why), `host_backup_mib` (pinned host memory the backups take on this host), `checker` (the weights
+    checksum route, None where the version has none) and `why` (each missing piece, named; "" when it can)."""
+    out: dict[str, Any] = {"supported": False, "tags": [], "releasable_gib": None, "resident": {}, "host_backup_mib": None,
+                           "host_available_mib": host_available_mib, "checker": None, "timeout_s": None, "why": ""}
+    if not whole:
+        out["why"] = "%s cannot release its weights in place (no whole release in its profile)" % engine
+        return out
+    data = data if isinstance(data, dict) else {}
+    version = data.get(whole["info_version"])
+    missing: list[str] = []
+    per_gpu: dict[str, float] = {}
+    for tag, spec in whole["tags"].items():
+        why = ""
+        off = [f for f in spec.get("info_on", []) if data.get(f) is not True]
+        if off:
+            why = "it runs without %s (set bc_engine_settings.%s: true; it applies at the unit's next restart)" % (
+                " and ".join(off), " and bc_engine_settings.".join(off))
+        elif spec.get("backed_up_since"):
+            try:
+                old = version_key(version) < version_key(spec["backed_up_since"])
+            except ValueError:
+                old = True
+            if old:
+                why = ("%s %s does not back it up (from %s): a release would discard it" % (engine, version or "(version unknown)",
+                                                                                          spec["backed_up_since"]))
+        if not why and spec.get("env_true"):
+            on = env_true(environ, spec["env_true"])
+            if not on:
+                why = ("it is not in the memory saver's region: the server %s %s=1 at its start"
+                       % ("was not read for" if on is None else "ran without", spec["env_true"]))
+        found = [] if why else json_values(data, spec["info_gib"])
+        if not why and not found:
+            why = "%s does not say how big it is (%s in %s's info)" % (engine, spec["info_gib"], engine)
+        if why:
+            if tag in whole["required"]:
+                missing.append("%s: %s" % (tag, why))
+            else:
+                out["resident"][tag] = why
+            continue
+        per_gpu[tag] = min(found)
+        out["tags"].append(tag)
+    backup_gib = [max(json_values(data, whole["tags"][t]["info_gib"])) for t in out["tags"] if whole["tags"][t].get("host_backup")]
+    gpus = host_gpus(data, whole["ranks"])
+    if gpus is None:
+        missing.append("how many GPUs of this host it runs on is unknown (%s in its info)" % ", ".join(whole["ranks"].values()))
+    elif backup_gib:
+        out["host_backup_mib"] = int(sum(backup_gib) * gpus * 1024)
+        out["timeout_s"] = round(sum(backup_gib) * gpus * whole["host_copy_s_per_gib"], 1)
+        room = None if host_available_mib is None else int(host_available_mib * whole["host_share"])
+        if room is None:
+            missing.append("the host's available memory is unknown (/proc/meminfo not read): the weights' pinned copy "
+                           "(%d MiB) may not fit" % out["host_backup_mib"])
+        elif out["host_backup_mib"] > room:
+            missing.append("the weights' pinned host copy needs %d MiB and the host has %d MiB available (%d%% of it "
+                           "usable)" % (out["host_backup_mib"], host_available_mib, whole["host_share"] * 100))
+    checker = whole.get("checker")
+    try:
+        if checker and version and version_key(version) >= version_key(checker["since"]):
+            out["checker"] = checker["path"]
+    except ValueError:
+        pass
+    if not out["checker"]:  # identity after the resume would be unknown, and unknown is a restart: no whole release
+        missing.append("%s %s has no weights checksum (%s from %s): what comes back after a resume cannot be proven"
+                       % (engine, version or "(version unknown)", (checker or {}).get("path"), (checker or {}).get("since")))
+    out["why"] = "; ".join(missing)
+    out["supported"] = not missing
+    out["releasable_gib"] = round(sum(per_gpu.values()), 2) if not missing else None
+    return out
+
+
 Http = Callable[[str, str, "dict[str, Any] | None", float], HttpResult]
 
 
@@ -139,11 +249,20 @@ class Release:
     Each step is recorded (name, HTTP status, milliseconds) in `steps`."""
 
     def __init__(self, prof: dict[str, Any], engine: str, http: Http, timeout: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tags: list[str] | None = None,
+                 move_timeout: float | None = None) -> None:
+        """`tags`: what the release and the resume take (None: the profile's, the KV cache); any other set only where
+        the profile has a whole release that knows each tag (an empty list would be every tag to SGLang, never sent).
+        `move_timeout`: the release's and the resume's own deadline (a host copy of the weights), at least `timeout`."""
         rel = prof.get("release")
         if not rel:
             raise ReleaseError("%s cannot free its GPU memory in place (no release in its profile)" % engine, "serving")
+        if tags is not None:
+            known = (rel.get("whole") or {}).get("tags", {})
+            if not tags or any(t not in known for t in tags):
+                raise ReleaseError("%s cannot release tags %s (it knows %s)" % (engine, tags, sorted(known) or "none"), "serving")
         self.prof, self.rel, self.engine, self.http, self.timeout, self.clock = prof, rel, engine, http, timeout, clock
+        self.tags, self.move_timeout = tags, max(timeout, move_timeout or 0)
         self.steps: list[dict[str, Any]] = []
 
     def step(self, name: str) -> bool:
@@ -152,8 +271,11 @@ class Release:
         if not spec:
             return True
         path, payload = spec
+        moves = name in ("release", "resume")
+        if moves and self.tags is not None:
+            payload = dict(payload or {}, tags=list(self.tags))
         started = self.clock()
-        answer = self.http("POST", path, payload, self.timeout)
+        answer = self.http("POST", path, payload, self.move_timeout if moves else self.timeout)
         self.steps.append({"step": name, "path": path, "http_status": answer.status,
                            "ms": round((self.clock() - started) * 1000, 1),
                            "error": "" if answer.status == 200 else

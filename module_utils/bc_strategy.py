@@ -2,37 +2,55 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which strategy a cycle takes to free the GPU for its sweep: a pure function of measured numbers.
 
-Three strategies, least disruptive first: `beside` (the sweep fits in the memory free now: the
+Four strategies, least disruptive first: `beside` (the sweep fits in the memory free now: the
 service keeps serving), `release` (it fits once the engine has released its KV cache in place:
-minutes of reload become the sweep's own seconds) and `stop` (drain, stop, start, reload). The
-inputs are the sweep's estimate, the device's free memory, and what the live server says it can
-release (bc_release.support); and the cycle's worst case (`budget`). No imports: the filter plugin and the modules both use it.
+minutes of reload become the sweep's own seconds), `release_all` (it fits only once the weights go too, and the
+CUDA graph pool where the version backs it up: copied to pinned host memory and back, proven identical after) and
+`stop` (drain, stop, start, reload). The inputs are the sweep's estimate, the device's free memory, and what the
+live server says it can release (bc_release.support, its `whole` for release_all); and the cycle's worst case
+(`budget`). No imports: the filter plugin and the modules both use it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-POLICIES = ("auto", "always", "never", "release")
-STRATEGIES = ("beside", "release", "stop")
+POLICIES = ("auto", "always", "never", "release", "release_all")
+STRATEGIES = ("beside", "release", "release_all", "stop")
+
+
+def mib(gib: Any) -> int | None:
+    return None if gib is None else int(float(gib) * 1024)
+
+
+def whole_choice(sup: dict[str, Any], why: str) -> dict[str, Any]:
+    """The release_all decision with what the roles need: the tags, what it frees, the copy's deadline."""
+    whole = sup["whole"]
+    return {"strategy": "release_all", "why": why, "tags": list(whole["tags"]), "resident": dict(whole.get("resident") or {}),
+            "releasable_mib": mib(whole["releasable_gib"]), "move_timeout_s": whole.get("timeout_s"),
+            "checker": whole.get("checker")}
 
 
 def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rotation: bool = False) -> dict[str, Any]:
     """The cycle's strategy and why. `sizing`: fits, has_gpu, need_mib, free_mib (the device's,
     now); `sup`: `support()` (None when the server was not asked); `rotation`: the live server refuses the key this
-    cycle installs (it runs with an older one, and takes the new one only when it starts again). A `release` asked for
-    that the server cannot do, or a rotation under a policy that never restarts, is a ValueError naming the fix."""
+    cycle installs (it runs with an older one, and takes the new one only when it starts again). A `release` or
+    `release_all` asked for that the server cannot do, or a rotation under a policy that never restarts, is a
+    ValueError naming the fix."""
     if policy not in POLICIES:
         raise ValueError("bc_stop_policy=%s: use one of %s" % (policy, "|".join(POLICIES)))
     if rotation:
-        if policy in ("never", "release"):
+        if policy in ("never", "release", "release_all"):
             raise ValueError("bc_api_key is not the key the live server runs with (a rotation), and it takes the new one "
                              "only when it starts again, which bc_stop_policy=%s never does: it would go on refusing the new "
                              "key. Run this cycle with bc_stop_policy=auto or always" % policy)
         return {"strategy": "stop", "why": "a key rotation: the live server refuses the new key until it starts again"}
     sup = sup or {"supported": False, "releasable_gib": None, "why": "the server was not asked"}
+    whole = sup.get("whole") or {}
+    whole = dict(whole, why=whole.get("why") or sup.get("why") or "unknown")
     need, free = int(sizing.get("need_mib") or 0), int(sizing.get("free_mib") or 0)
-    releasable = None if sup.get("releasable_gib") is None else int(sup["releasable_gib"] * 1024)
+    releasable = mib(sup.get("releasable_gib"))
+    whole_mib = mib(whole.get("releasable_gib")) if whole.get("supported") else None
     if policy == "always":
         return {"strategy": "stop", "why": "bc_stop_policy=always"}
     if policy == "never":
@@ -42,6 +60,11 @@ def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rota
             raise ValueError("bc_stop_policy=release, but %s. Use bc_stop_policy=auto to fall back to a stop"
                              % sup.get("why"))
         return {"strategy": "release", "why": "bc_stop_policy=release"}
+    if policy == "release_all":
+        if whole_mib is None:
+            raise ValueError("bc_stop_policy=release_all, but the whole GPU cannot be released: %s. Use "
+                             "bc_stop_policy=auto to fall back to a KV release or a stop" % whole["why"])
+        return whole_choice(sup, "bc_stop_policy=release_all")
     if sizing.get("fits"):
         return {"strategy": "beside", "why": "the sweep fits beside the live service (%d MiB needed, %d MiB free)"
                 % (need, free)}
@@ -56,8 +79,15 @@ def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rota
     if need <= free + releasable:
         return {"strategy": "release", "why": "the sweep fits once the KV cache is released (%d MiB needed, %d MiB "
                 "free + %d MiB releasable)" % (need, free, releasable)}
-    return {"strategy": "stop", "why": "the sweep does not fit even after a release (%d MiB needed, %d MiB free + "
-            "%d MiB releasable)" % (need, free, releasable)}
+    kv = "%d MiB needed, %d MiB free + %d MiB in a KV release" % (need, free, releasable)
+    if whole_mib is None:
+        return {"strategy": "stop", "why": "the sweep does not fit even after a KV release (%s), and the whole GPU "
+                "cannot be released: %s" % (kv, whole["why"])}
+    if need <= free + whole_mib:
+        return whole_choice(sup, "the sweep fits only once the whole GPU is released (%s; %d MiB in a whole release: "
+                            "%s)" % (kv, whole_mib, ", ".join(whole["tags"])))
+    return {"strategy": "stop", "why": "the sweep does not fit even after a whole-GPU release (%s; %d MiB in a whole "
+            "release)" % (kv, whole_mib)}
 
 
 # the constants of the worst case, each once: a sweep's async margin over its timeout, the drain's last probe, a
@@ -77,7 +107,8 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     job timeout must exceed: it kills the job and skips `always`), `lease_s` (the lock's lease: past it the holder is
     dead) and `switch_after_s` (the dead-man switch's outer bound, from its arm before the stop: the stop, the GPU
     wait, every sweep and the post-sweep GPU check, plus the margin). `n`: drain_deadline_s, release (a release may
-    be tried), stop_timeout_s, gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s, and
+    be tried), release_move_s (a whole release's copy deadline, each way; 0 or absent: none), stop_timeout_s,
+    gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s, and
     gpu_check (the stop waits for the GPU to free; has_gpu when absent). The switch is armed before a release: a
     release that frees too little is resumed and followed by a stop, all inside the switch's window. With `recovery`
     (playbooks/recover.yml), the phases a recovery runs: no drain, release, sweep or GPU check; a restart's stop, the
@@ -86,7 +117,8 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     gpu = bool(n.get("has_gpu")) and cycle
     gpu_wait = int(n.get("gpu_wait_s") or 0) if bool(n.get("gpu_check", gpu)) else 0
     phases = {"drain": int(n["drain_deadline_s"]) + DRAIN_PROBE_S if cycle else 0,
-              "release": RELEASE_S if cycle and n["release"] else 0,
+              # a whole release copies the weights to the host and back: each of the two takes its own deadline
+              "release": RELEASE_S + 2 * int(n.get("release_move_s") or 0) if cycle and n["release"] else 0,
               "gpu_pre_check": GPU_PRE_CHECK_S if gpu else 0,
               "stop": int(n["stop_timeout_s"]) + gpu_wait,
               "sweep": int(n["sweep_runs"]) * (int(n["sweep_timeout_s"]) + ASYNC_MARGIN_S) if cycle else 0,

@@ -192,3 +192,21 @@ def test_the_vllm_unit_runs_vllm_serve_and_the_stop_knows_both_programs():
     assert not engine_process(["/usr/bin/vim", "/opt/vllm/bin/vllm"], spec)
     assert engine_process(["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"], spec)
     assert engine_process(["VLLM::Worker_TP3"], spec) and engine_process(["VLLM::EngineCore"], spec)
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.15", "0.5.16", "0.5.23"])
+def test_what_a_whole_release_reads_of_the_server_is_a_start_flag_of_every_release(version):
+    """/server_info is dataclasses.asdict(server_args) (http_server.py 0.5.16:743-762): every field the whole release
+    reads as "the server was started with it" is a flag of that release's argparse, and the setting that turns the
+    backup on renders a flag the release takes."""
+    from ansible.module_utils.bc_engines import ENGINES
+
+    flags = json.loads((DOUBLE / "sglang/flags" / f"{version}.json").read_text())["flags"]
+    whole = ENGINES["sglang"]["release"]["whole"]
+    fields = {f for spec in whole["tags"].values() for f in spec.get("info_on", [])} | set(whole["ranks"].values())
+    assert {f for f in fields if "--" + f.replace("_", "-") not in flags} == set()
+    assert flags[ENGINES["sglang"]["flags"][whole["setting"]]] == "switch" == flags["--enable-memory-saver"]
+    assert whole["required"] == ["kv_cache", "weights"] and set(whole["tags"]) == {"kv_cache", "weights", "cuda_graph"}
+    # the graph pool is backed up from 0.5.21 (full_cuda_graph_backend.py 0.5.21:168-171; none in 0.5.16-0.5.20)
+    assert whole["tags"]["cuda_graph"]["backed_up_since"] == "0.5.21"
+    assert whole["checker"] == {"path": "/weights_checker", "payload": {"action": "checksum"}, "since": "0.5.15"}

@@ -62,7 +62,7 @@ def test_env_lines_refuse_what_would_inject_a_line(env, message):
     ({"bc_unit": "-H"}, "bc_unit=-H is not a systemd unit name"),
     ({"bc_engine_env": {"E\nLD_PRELOAD": 1}}, "is not an environment variable name"),
     ({"bc_results_dir": "results"}, "bc_results_dir=results: give an absolute path"),
-    ({"bc_stop_policy": "sometimes"}, "value of bc_stop_policy must be one of: auto, always, never, release, got: sometimes"),
+    ({"bc_stop_policy": "sometimes"}, "value of bc_stop_policy must be one of: auto, always, never, release, release_all, got: sometimes"),
 ])
 def test_settings_problems_name_the_field_and_never_the_key(settings, message):
     problems = settings_problems(dict(SITE, **settings), CONTRACT)

@@ -16,7 +16,18 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import HttpResult, request
-from ansible.module_utils.bc_release import Release, ReleaseError, json_values, server_problem, support
+from ansible.module_utils.bc_identity import FINGERPRINT, identity
+from ansible.module_utils.bc_release import (
+    Release,
+    ReleaseError,
+    env_true,
+    host_gpus,
+    json_values,
+    meminfo_available_mib,
+    server_problem,
+    support,
+    whole_support,
+)
 from ansible.module_utils.bc_strategy import choose
 from test_modules_adhoc import adhoc
 
@@ -30,14 +41,14 @@ GPU = "81559,60000,18000"  # total, weights, KV cache (MiB)
 
 
 class Server:
-    def __init__(self, tmp: Path, saver: bool = True, **env: str) -> None:
+    def __init__(self, tmp: Path, saver: bool = True, extra: tuple[str, ...] = (), **env: str) -> None:
         self.port, self.state_dir = free_port(), tmp / "gpu"
         self.url = "http://127.0.0.1:%d" % self.port
         args = [sys.executable, str(DOUBLE), "--model-path", "/m", "--served-model-name", "kimi-k2.6",
-                "--host", "127.0.0.1", "--port", str(self.port)] + (["--enable-memory-saver"] if saver else [])
+                "--host", "127.0.0.1", "--port", str(self.port)] + (["--enable-memory-saver"] if saver else []) + list(extra)
         self.log = open(tmp / "server.log", "w+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=dict(
-            os.environ, BC_DOUBLE_SGLANG_VERSION="0.5.16", BC_DOUBLE_LOAD_S="0", BC_DOUBLE_WARMUP_S="0",
+            os.environ, BC_DOUBLE_SGLANG_VERSION=env.pop("version", "0.5.16"), BC_DOUBLE_LOAD_S="0", BC_DOUBLE_WARMUP_S="0",
             BC_DOUBLE_GPU=GPU, BC_DOUBLE_GPU_STATE=str(self.state_dir / "s.json"), SGLANG_HEALTH_CHECK_TIMEOUT="1", **env))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -98,7 +109,7 @@ SUP = {"supported": True, "releasable_gib": 17.58, "why": ""}
 @pytest.mark.parametrize(("policy", "sizing", "sup", "strategy", "words"), [
     ("auto", {"fits": True, "has_gpu": True, "need_mib": 900, "free_mib": 3000}, SUP, "beside", "fits beside"),
     ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000}, SUP, "release", "3000 MiB free + 18001"),
-    ("auto", {"fits": False, "has_gpu": True, "need_mib": 30000, "free_mib": 3000}, SUP, "stop", "even after a release"),
+    ("auto", {"fits": False, "has_gpu": True, "need_mib": 30000, "free_mib": 3000}, SUP, "stop", "even after a KV release"),
     ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000},
      {"supported": False, "releasable_gib": None, "why": "sglang runs without enable_memory_saver"}, "stop", "without enable_memory_saver"),
     ("auto", {"fits": False, "has_gpu": True, "need_mib": 9900, "free_mib": 3000},
@@ -134,9 +145,10 @@ def test_the_servers_numbers_as_the_real_one_gives_them():
 
 def test_engines_without_a_release_are_stopped_instead():
     llama, _ = resolve("llamacpp", None)
-    assert support(llama, "llamacpp", None) == {"supported": False, "saver_on": None, "releasable_gib": None,
-                                                "why": "llamacpp cannot free its GPU memory in place (no release in its profile)",
-                                                "setting": None}
+    got = support(llama, "llamacpp", None)
+    assert got.pop("whole")["why"] == "llamacpp cannot release its weights in place (no whole release in its profile)"
+    assert got == {"supported": False, "saver_on": None, "releasable_gib": None,
+                   "why": "llamacpp cannot free its GPU memory in place (no release in its profile)", "setting": None}
     with pytest.raises(ReleaseError):
         Release(llama, "llamacpp", lambda *a: None, 5)
 
@@ -350,3 +362,121 @@ def test_a_failed_step_says_what_the_server_is_left_as(answers, state, asked_con
     assert err.value.state == state, str(err.value)
     assert ("/continue_generation" in calls) is asked_continue
     assert "/release_memory_occupation" not in calls and "/resume_memory_occupation" not in calls
+
+
+# -- a whole-GPU release (#47): what the live server's info and the host say --------------------------------------
+WHOLE = PROF["release"]["whole"]
+# /server_info as 0.5.16 answers it (http_server.py 0.5.16:743-762): the start flags, the version, per-DP-rank usage
+INFO = {"version": "0.5.16", "enable_memory_saver": True, "enable_weights_cpu_backup": True, "tp_size": 8, "pp_size": 1,
+        "dp_size": 1, "nnodes": 1, "enable_dp_attention": False,
+        "internal_states": [{"memory_usage": {"weight": 72.5, "kvcache": 41.64, "graph": 1.2, "token_capacity": 812345}}]}
+GRAPH_ENV = {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "1"}
+HOST = 2_000_000  # MiB available
+
+
+@pytest.mark.parametrize(("info", "environ", "host", "tags", "words"), [
+    (INFO, {}, HOST, ["kv_cache", "weights"], ""),
+    # 0.5.16 does not back the graph pool up (full_cuda_graph_backend.py 0.5.16:99-106): left resident, said why
+    (INFO, GRAPH_ENV, HOST, ["kv_cache", "weights"], ""),
+    (dict(INFO, version="0.5.21"), GRAPH_ENV, HOST, ["kv_cache", "weights", "cuda_graph"], ""),
+    (dict(INFO, version="0.5.23"), {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "True"}, HOST, ["kv_cache", "weights", "cuda_graph"], ""),
+    (dict(INFO, version="0.5.23"), {}, HOST, ["kv_cache", "weights"], ""),       # the pool is not in the saver's region
+    (dict(INFO, version="0.5.23"), None, HOST, ["kv_cache", "weights"], ""),     # environment not read: not released
+    (dict(INFO, enable_weights_cpu_backup=False), {}, HOST, None, "weights: it runs without enable_weights_cpu_backup"),
+    ({k: v for k, v in INFO.items() if k != "enable_weights_cpu_backup"}, {}, HOST, None, "without enable_weights_cpu_backup"),
+    (dict(INFO, enable_memory_saver=False), {}, HOST, None, "kv_cache: it runs without enable_memory_saver"),
+    (dict(INFO, internal_states=[{"memory_usage": {"kvcache": 41.64}}]), {}, HOST, None, "does not say how big it is"),
+    (dict(INFO, tp_size=None), {}, HOST, None, "how many GPUs of this host it runs on is unknown"),
+    (INFO, {}, None, None, "the host's available memory is unknown"),
+    # 8 x 72.5 GiB = 593920 MiB pinned; 90% of 600000 is 540000
+    (INFO, {}, 600_000, None, "the weights' pinned host copy needs 593920 MiB and the host has 600000 MiB available"),
+    (dict(INFO, nnodes=2), {}, 600_000, ["kv_cache", "weights"], ""),            # 4 of the 8 ranks on this host
+    (None, {}, HOST, None, "kv_cache: it runs without enable_memory_saver"),     # an unreadable answer
+])
+def test_a_whole_release_takes_what_the_live_server_and_the_host_can_do(info, environ, host, tags, words):
+    got = whole_support(WHOLE, "sglang", info, environ, host)
+    assert got["supported"] is (tags is not None) and words in got["why"], got
+    if tags:
+        assert got["tags"] == tags and got["checker"] == "/weights_checker"
+        assert got["releasable_gib"] == round(41.64 + 72.5 + (1.2 if "cuda_graph" in tags else 0), 2)
+        assert ("cuda_graph" in got["resident"]) is ("cuda_graph" not in tags)
+    else:
+        assert got["releasable_gib"] is None
+
+
+def test_what_the_host_and_the_server_say_is_read_as_the_releases_define_it():
+    assert meminfo_available_mib("MemTotal: 2113 kB\nMemAvailable:   1048576 kB\n") == 1024
+    for text in (None, "", "MemFree: 5 kB", "MemAvailable: lots"):
+        assert meminfo_available_mib(text) is None
+    assert [env_true(e, "X") for e in ({"X": "1"}, {"X": "TRUE"}, {"X": "0"}, {}, None)] == [True, True, False, False, None]
+    ranks = WHOLE["ranks"]
+    assert host_gpus(INFO, ranks) == 8 and host_gpus(dict(INFO, dp_size=2), ranks) == 16
+    assert host_gpus(dict(INFO, dp_size=8, enable_dp_attention=True), ranks) == 8
+    assert host_gpus(dict(INFO, pp_size=0), ranks) is None and host_gpus(dict(INFO, tp_size=True), ranks) is None
+    # the version without a checksum (0.5.10) and one that does not say: identity unprovable, no whole release
+    for version in ("0.5.10", None):
+        got = whole_support(WHOLE, "sglang", dict(INFO, version=version), {}, HOST)
+        assert got["checker"] is None and not got["supported"] and "has no weights checksum" in got["why"]
+    assert "no whole release" in support(resolve("vllm", "0.32")[0], "vllm", None)["whole"]["why"]
+
+
+def test_the_release_sends_the_whole_tags_with_the_copys_deadline_and_refuses_unknown_ones():
+    calls: list = []
+
+    def http(method, path, payload, timeout):
+        calls.append((path, payload, timeout))
+        return HttpResult(200, '{"loads": [{"num_running_reqs": 0, "num_waiting_reqs": 0}]}')
+
+    rel = Release(PROF, "sglang", http, 10, tags=["kv_cache", "weights"], move_timeout=600)
+    rel.release()
+    rel.resume()
+    moved = {p: (pl, t) for p, pl, t in calls if p.endswith("memory_occupation")}
+    assert moved == {"/release_memory_occupation": ({"tags": ["kv_cache", "weights"]}, 600),
+                     "/resume_memory_occupation": ({"tags": ["kv_cache", "weights"]}, 600)}
+    for tags in ([], ["optimizer"]):  # [] would be every tag to SGLang (weight_updater.py 0.5.16:193-194)
+        with pytest.raises(ReleaseError, match="cannot release tags"):
+            Release(PROF, "sglang", http, 10, tags=tags)
+
+
+def looks(s: Server) -> dict:
+    """What identity reads of a server: its weights' checksum, the fixed prompt's fingerprint, the known answer."""
+    check = s.http("POST", "/weights_checker", {"action": "checksum"}, 10)
+    fpr = s.http("POST", "/v1/completions", dict(FINGERPRINT, model="kimi-k2.6"), 10)
+    return {"checksum": json.loads(check.body) if check.status == 200 else None,
+            "fingerprint": json.loads(fpr.body) if fpr.status == 200 else None, "answer": completion(s)["choices"][0]["text"]}
+
+
+@pytest.mark.parametrize(("extra", "env", "tags", "verdict"), [
+    (("--enable-weights-cpu-backup", "--tp-size", "2"), {}, ["kv_cache", "weights"], "ok"),
+    # no backup: the weights' content is discarded, the resume answers 200 and the server answers garbage
+    (("--tp-size", "2"), {}, ["kv_cache", "weights"], "mismatch"),
+    # the graph pool in the saver's region, released on 0.5.16 (no backup of it): lost too; on 0.5.21 it comes back
+    (("--enable-weights-cpu-backup",), {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "1"}, ["kv_cache", "weights", "cuda_graph"], "mismatch"),
+    (("--enable-weights-cpu-backup",), {"SGLANG_MEMORY_SAVER_CUDA_GRAPH": "1", "version": "0.5.23"},
+     ["kv_cache", "weights", "cuda_graph"], "ok"),
+])
+def test_a_whole_release_comes_back_identical_only_with_what_backs_it_up(server, extra, env, tags, verdict):
+    s = server(extra=extra, **env)
+    info = json.loads(s.http("GET", "/server_info", None, 5).body)
+    assert info["tp_size"] == (2 if "--tp-size" in extra else 1)
+    before, used = looks(s), s.used_mib()
+    assert len(before["checksum"]["ranks"]) == info["tp_size"]
+    rel = Release(PROF, "sglang", s.http, 10, tags=tags, move_timeout=30)
+    rel.release()
+    assert used - s.used_mib() == 60000 + 18000  # the weights and the KV cache are off the GPU
+    rel.resume()
+    got = identity(before, looks(s), "4")
+    assert got["verdict"] == verdict, got
+    assert s.alive() and s.used_mib() == used
+
+
+def test_the_doubles_checker_and_info_have_the_releases_shapes(server):
+    s = server(extra=("--enable-weights-cpu-backup",))
+    info = json.loads(s.http("GET", "/server_info", None, 5).body)
+    got = support(PROF, "sglang", s.http("GET", "/server_info", None, 5), {"argv": [], "environ": {}}, 10_000_000)
+    assert got["whole"]["supported"] and got["whole"]["tags"] == ["kv_cache", "weights"], got
+    assert got["whole"]["host_backup_mib"] == int(info["internal_states"][0]["memory_usage"]["weight"] * 1024)
+    assert s.http("POST", "/weights_checker", {"action": "nope"}, 5).status == 400
+    assert json.loads(s.http("POST", "/weights_checker", {"action": "snapshot"}, 5).body) == {"success": True, "message": "Success."}
+    old = server(version="0.5.10")
+    assert "ranks" not in json.loads(old.http("POST", "/weights_checker", {"action": "checksum"}, 5).body)

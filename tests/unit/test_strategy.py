@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bc_strategy import choose, sweep_alone
+from ansible.module_utils.bc_strategy import budget, choose, sweep_alone
 
 GPU_FITS = {"has_gpu": True, "fits": True, "need_mib": 17000, "free_mib": 60000}
 GPU_FULL = {"has_gpu": True, "fits": False, "need_mib": 17000, "free_mib": 9000}
@@ -31,25 +31,69 @@ def test_a_sweep_on_its_own_runs_only_on_a_gpu_that_is_free_already(main_pid, si
         assert "is not known" in why or "run the whole cycle (no --tags), or stop sglang-k26 first" in why
 
 
-SIZING_FITS = {"fits": True, "has_gpu": True, "need_mib": 100, "free_mib": 1000}
-RELEASABLE = {"supported": True, "releasable_gib": 40.0, "why": ""}
+# -- the whole-GPU release (#47): chosen from measured numbers, every fall-back with its why ------------------------
+WHOLE = {"supported": True, "tags": ["kv_cache", "weights"], "releasable_gib": 76.58, "resident": {
+    "cuda_graph": "sglang 0.5.16 does not back it up (from 0.5.21): a release would discard it"},
+    "host_backup_mib": 60000, "host_available_mib": 900000, "checker": "/weights_checker", "timeout_s": 58.6, "why": ""}
+KV = {"supported": True, "releasable_gib": 17.58, "why": "", "whole": WHOLE}  # 18001 MiB in a KV release, 78417 whole
+NO_BACKUP = dict(WHOLE, supported=False, releasable_gib=None, why="weights: it runs without enable_weights_cpu_backup "
+                 "(set bc_engine_settings.enable_weights_cpu_backup: true; it applies at the unit's next restart)")
+NO_PINNED = dict(WHOLE, supported=False, releasable_gib=None, why="the weights' pinned host copy needs 480000 MiB and "
+                 "the host has 300000 MiB available (90% of it usable)")
+FULL = {"has_gpu": True, "fits": False, "free_mib": 3000}
 
 
-@pytest.mark.parametrize(("policy", "strategy", "words"), [
-    ("auto", "stop", "a key rotation: the live server refuses the new key until it starts again"),  # it would fit beside
-    ("always", "stop", "a key rotation"),
-    ("never", None, "bc_stop_policy=never never does: it would go on refusing the new key"),
-    ("release", None, "bc_stop_policy=release never does"),
+@pytest.mark.parametrize(("policy", "need", "sup", "strategy", "words"), [
+    ("auto", 9900, KV, "release", "fits once the KV cache is released"),          # a KV release is enough: never more
+    ("auto", 21001, KV, "release", "3000 MiB free + 18001"),                      # the edge: exactly what a KV release frees
+    ("auto", 21002, KV, "release_all", "fits only once the whole GPU is released"),
+    ("auto", 81417, KV, "release_all", "78417 MiB in a whole release: kv_cache, weights"),  # the edge of a whole release
+    ("auto", 81418, KV, "stop", "does not fit even after a whole-GPU release"),
+    ("auto", 40000, dict(KV, whole=NO_BACKUP), "stop", "runs without enable_weights_cpu_backup"),
+    ("auto", 40000, dict(KV, whole=NO_PINNED), "stop", "pinned host copy needs 480000 MiB"),
+    # an older support() (no whole) or a whole that says nothing: unknown, never a whole release
+    ("auto", 40000, {"supported": True, "releasable_gib": 17.58, "why": ""}, "stop", "whole GPU cannot be released"),
+    ("auto", 40000, dict(KV, whole=dict(WHOLE, releasable_gib=None)), "stop", "whole GPU cannot be released"),
+    ("auto", 40000, dict(KV, whole={}), "stop", "whole GPU cannot be released: unknown"),
+    # no saver: nothing can be released, the whole release neither
+    ("auto", 40000, {"supported": False, "releasable_gib": None, "why": "sglang runs without enable_memory_saver",
+                     "whole": NO_BACKUP}, "stop", "without enable_memory_saver"),
+    ("release_all", 1, KV, "release_all", "bc_stop_policy=release_all"),        # asked for, and it can
+    ("always", 40000, KV, "stop", "always"),
 ])
-def test_a_key_rotation_is_applied_by_a_restart_or_refused(policy, strategy, words):
-    """The live server refuses the key the cycle installs: only a restart puts it in force. Beside the server, or
-    released in place, the cycle would end green with the new key installed and refused (#44)."""
-    from bc_filters import strategy as decide
-    got = decide(policy, SIZING_FITS, RELEASABLE, True)
-    assert got["strategy"] == strategy and words in (got["why"] if strategy else got["error"]), got
-    assert decide(policy, SIZING_FITS, RELEASABLE, "True")["strategy"] != "stop" or policy == "always"  # only a real true
-    with pytest.raises(ValueError, match="rotation"):
-        if policy in ("never", "release"):
-            choose(policy, SIZING_FITS, RELEASABLE, rotation=True)
-        else:
-            raise ValueError("rotation: (no refusal under %s)" % policy)
+def test_a_whole_release_is_chosen_only_when_a_kv_release_is_not_enough_and_the_server_can(policy, need, sup, strategy, words):
+    got = choose(policy, dict(FULL, need_mib=need), sup)
+    assert got["strategy"] == strategy and words in got["why"], got
+    if strategy == "release_all":
+        assert got["tags"] == ["kv_cache", "weights"] and got["move_timeout_s"] == 58.6 and got["checker"] == "/weights_checker"
+        assert "cuda_graph" in got["resident"]  # left on the GPU, and said why
+
+
+@pytest.mark.parametrize(("sup", "words"), [
+    (dict(KV, whole=NO_BACKUP), "bc_stop_policy=release_all, but the whole GPU cannot be released: weights: it runs "
+                                "without enable_weights_cpu_backup"),
+    (None, "the server was not asked"),
+    (dict(KV, whole=NO_PINNED), "pinned host copy needs"),
+])
+def test_a_whole_release_asked_for_that_the_server_cannot_do_names_the_missing_piece(sup, words):
+    with pytest.raises(ValueError, match="bc_stop_policy=auto to fall back") as err:
+        choose("release_all", dict(FULL, need_mib=1), sup)
+    assert words in str(err.value)
+
+
+def test_the_worst_case_holds_the_whole_releases_copy_both_ways():
+    n = {"drain_deadline_s": 120, "release": True, "stop_timeout_s": 300, "gpu_wait_s": 60, "has_gpu": True, "sweep_runs": 1,
+         "sweep_timeout_s": 600, "readiness_timeout_s": 900, "margin_s": 300}
+    assert budget(n)["phases"]["release"] == 90
+    assert budget(dict(n, release_move_s=621))["phases"]["release"] == 90 + 2 * 621
+    assert budget(dict(n, release=False, release_move_s=621))["phases"]["release"] == 0
+
+
+def test_until_the_roles_run_it_a_whole_release_is_carried_out_as_a_stop_and_never_said_done():
+    from bc_filters import strategy
+
+    got = strategy("auto", dict(FULL, need_mib=40000), KV)
+    assert got["strategy"] == "stop" and "the roles do not run a whole-GPU release yet" in got["why"]
+    got = strategy("release_all", dict(FULL, need_mib=1), KV)
+    assert got["strategy"] is None and "bc_stop_policy=release_all" in got["error"]
+    assert strategy("auto", dict(FULL, need_mib=9900), KV)["strategy"] == "release"

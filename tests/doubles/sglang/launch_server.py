@@ -52,6 +52,20 @@ systemd. Each behaviour names the source it follows (files of the release's whee
     /resume_memory_occupation of a tag that is not released KILLS it (KeyError in the scheduler); 200 with
     an empty body; released weights answer garbage; /health* while paused wait the health timeout and 503;
     GET /server_info: enable_memory_saver and internal_states[].memory_usage (GiB)
+  - whole-GPU release (#47; weight_updater.py 0.5.16:217-222, 240-251; load_model_utils.py 0.5.16:218-224): the
+    `weights` tag frees the weights too; without --enable-weights-cpu-backup (or without the saver) their content is
+    lost, and after the resume the server answers 200 with garbage and another checksum; with it they come back
+    identical. `cuda_graph` released on a version before 0.5.21 (no backup of the pool, full_cuda_graph_backend.py
+    0.5.16:99-106 vs 0.5.21:168-171) or without SGLANG_MEMORY_SAVER_CUDA_GRAPH=1 is lost the same way.
+    GET /server_info carries the start flags as the real one's dataclasses.asdict(server_args) does (the ones the
+    cycle reads: enable_memory_saver, enable_weights_cpu_backup, tp_size, pp_size, dp_size, nnodes,
+    enable_dp_attention; not the API key), "version" and internal_states[].memory_usage (http_server.py 0.5.16:743-762)
+  - POST /weights_checker (http_server.py 0.5.16:1443-1459, weight_checker.py:72-85): action checksum answers
+    {"success", "message", "ranks": [{checksums, per_gpu_checksum, parallelism_info}] one per TP rank,
+    "per_engine_checksum"}; snapshot, compare, reset_tensors answer success without ranks; another action 400;
+    0.5.10 answers success and message only (http_server.py 0.5.10:1193-1200)
+  - /v1/completions with "logprobs": N: choices[0].logprobs {tokens, token_logprobs, top_logprobs, text_offset}
+    (entrypoints/openai/protocol.py 0.5.16:132-136), the same for the same prompt while the weights are intact
   - GPU memory (BC_DOUBLE_GPU="total_mib,weights_mib,kv_mib"): written to BC_DOUBLE_GPU_STATE
     (/run/bc-double/<port>.json) with this process's pid, for the nvidia-smi double (tests/doubles/nvidia_smi.py)
 Test knobs (environment, double only): BC_DOUBLE_SGLANG_VERSION, BC_DOUBLE_LOAD_S, BC_DOUBLE_WARMUP_S,
@@ -68,6 +82,7 @@ a server that holds another key than the cycle's).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -82,7 +97,7 @@ from typing import Any
 VERSION = os.environ.get("BC_DOUBLE_SGLANG_VERSION", "0.5.10")
 STATE: dict[str, Any] = {"status": "Starting", "running": 0, "queued": 0, "exiting": False,
                          "gauge_running": 0, "gauge_queued": 0, "paused": False, "aborts": 0, "released": set(), "held": 0,
-                         "snapshot": (0, 0), "active": {}}
+                         "snapshot": (0, 0), "active": {}, "lost": set()}
 LOCK = threading.Lock()
 UNPAUSED = threading.Condition(LOCK)
 ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # GPU_MEMORY_ALL_TYPES
@@ -116,6 +131,37 @@ def write_gpu_state(saver: bool) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "total_mib": total, "used_mib": int(used), "name": "NVIDIA H200 (double)"}))
     tmp.replace(path)
+
+
+def backed_up(tag: str, args: argparse.Namespace) -> bool:
+    """Whether a released tag comes back as it was: the KV cache is discarded by design (and refilled), the weights
+    only with their CPU backup, the graph pool only where the version backs it up and it was in the saver's region."""
+    if tag == "weights":
+        return bool(args.enable_weights_cpu_backup)
+    if tag == "cuda_graph":
+        in_region = os.environ.get("SGLANG_MEMORY_SAVER_CUDA_GRAPH", "").lower() in ("1", "true")
+        return not in_region or version_tuple(VERSION) >= (0, 5, 21)  # outside the region it is never paused
+    return True
+
+
+def intact() -> bool:
+    return "weights" not in STATE["released"] and not STATE["lost"]
+
+
+def weights_hash(rank: int) -> str:
+    """The rank's checksum: the same while its weights are what was loaded, another once they are garbage."""
+    state = "loaded" if intact() else "garbage:%s" % ",".join(sorted(STATE["lost"] | STATE["released"]))
+    return hashlib.sha256(("%s/%d" % (state, rank)).encode()).hexdigest()
+
+
+def logprobs(prompt: str, tokens: int, k: int) -> dict[str, Any]:
+    """Top-k logprobs per generated token, a function of the prompt and of whether the weights are intact."""
+    seed = hashlib.sha256(("%s|%s" % (prompt, intact())).encode()).digest()
+    tops = [{" t%d" % seed[(i * k + j) % len(seed)]: -round(0.01 + j * 1.5 + seed[i % len(seed)] / 1000, 4) for j in range(max(1, k))}
+            for i in range(max(1, min(tokens, 8)))]
+    toks = [max(t, key=t.__getitem__) for t in tops]
+    return {"tokens": toks, "token_logprobs": [t[x] for t, x in zip(tops, toks, strict=True)], "top_logprobs": tops,
+            "text_offset": list(range(len(toks)))}
 
 
 def crash(lines: list[str]) -> None:
@@ -237,8 +283,11 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, {"object": "list", "data": [{"id": self.args.served_model_name or self.args.model_path}]})
         elif path == "/server_info":
             _total, weights, kv = gpu()
-            self.reply(200, {"model_path": self.args.model_path, "version": VERSION,
-                             "enable_memory_saver": bool(self.args.enable_memory_saver),
+            a = self.args
+            self.reply(200, {"model_path": a.model_path, "version": VERSION, "enable_memory_saver": bool(a.enable_memory_saver),
+                             "enable_weights_cpu_backup": bool(a.enable_weights_cpu_backup), "tp_size": int(a.tp_size or 1),
+                             "pp_size": int(a.pp_size or 1), "dp_size": int(a.dp_size or 1), "nnodes": int(a.nnodes or 1),
+                             "enable_dp_attention": bool(a.enable_dp_attention),
                              "internal_states": [{"memory_usage": {"weight": round(weights / 1024, 2), "kvcache": round(kv / 1024, 2),
                                                                    "token_capacity": 812345, "graph": 1.2}}]})
         elif path == "/model_info":
@@ -278,7 +327,8 @@ class Handler(BaseHTTPRequestHandler):
     def post(self) -> None:
         path = self.path.split("?")[0]
         control = {"/pause_generation": self.pause, "/continue_generation": self.continue_generation,
-                   "/release_memory_occupation": self.release, "/resume_memory_occupation": self.resume}
+                   "/release_memory_occupation": self.release, "/resume_memory_occupation": self.resume,
+                   "/weights_checker": self.weights_checker}
         if path != "/v1/completions" and path not in control:
             self.reply(404, {"detail": "Not Found"})
             return
@@ -316,13 +366,31 @@ class Handler(BaseHTTPRequestHandler):
                     reason = "abort"  # pause {"mode": "abort"} ends what runs, with what it has
                     break
                 time.sleep(0.01)
-            text = os.environ.get("BC_DOUBLE_ANSWER", "4") if "weights" not in STATE["released"] else "\x00garbage"
+            text = os.environ.get("BC_DOUBLE_ANSWER", "4") if intact() else "\x00garbage"
+            choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": reason}
+            if isinstance(req.get("logprobs"), int):
+                choice["logprobs"] = logprobs(str(req.get("prompt")), int(req.get("max_tokens", 16)), req["logprobs"])
             self.reply(200, {"id": "cmpl-double", "object": "text_completion", "model": req.get("model"),
-                             "choices": [{"index": 0, "text": text, "finish_reason": reason}]})
+                             "choices": [choice]})
         finally:
             with LOCK:
                 STATE["running"] -= 1
                 publish()  # the batch that finished it
+
+    def weights_checker(self, req: dict[str, Any]) -> None:
+        action = req.get("action", "checksum")
+        if action not in ("checksum", "snapshot", "compare", "reset_tensors"):
+            self.reply(400, {"success": False, "message": "Unsupported action=%r" % action})
+            return
+        body: dict[str, Any] = {"success": True, "message": "Success."}
+        if action == "checksum" and version_tuple(VERSION) >= (0, 5, 15):
+            tp = int(self.args.tp_size or 1)
+            ranks = [{"checksums": {"model.embed_tokens.weight": weights_hash(r)[:16]}, "per_gpu_checksum": weights_hash(r),
+                      "parallelism_info": {"tp_rank": r, "tp_size": tp, "dp_rank": 0, "dp_size": 1, "pp_rank": 0, "pp_size": 1,
+                                           "rank": r, "size": tp}} for r in range(tp)]
+            body.update(ranks=ranks, per_engine_checksum=hashlib.sha256("".join(x["per_gpu_checksum"] for x in ranks)
+                                                                        .encode()).hexdigest())
+        self.reply(200, body)
 
     def pause(self, req: dict[str, Any]) -> None:
         with LOCK:
@@ -347,7 +415,10 @@ class Handler(BaseHTTPRequestHandler):
         if STATE["running"] or STATE["queued"]:
             crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 187, in release_memory_occupation',
                    "AssertionError: release_memory_occupation should be called only when server is idle."])
-        STATE["released"].update(req.get("tags") or ALL_TAGS)
+        tags = req.get("tags") or ALL_TAGS
+        STATE["released"].update(tags)
+        if self.args.enable_memory_saver:  # without the saver nothing is paused, nothing lost
+            STATE["lost"].update(t for t in tags if not backed_up(t, self.args))
         write_gpu_state(bool(self.args.enable_memory_saver))
         self.reply(200, b"null")  # FastAPI's None
 
