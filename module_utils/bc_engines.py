@@ -143,7 +143,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         # or a stale 1 for ~30 s, so the drain never reads them
         "load_path": "/v1/loads",
         # summed over the per-rank loads: 0.5.10 also has an "aggregate" block, 0.5.16 has not (seen on the
-        # real 0.5.16 server, docs/gpu-runs/2026-12-01-real-sglang-probe.log)
+        # real 0.5.16 server, evidence/gpu-runs/2026-12-01-real-sglang-probe.log)
         "load_json": ["loads[].num_running_reqs", "loads[].num_waiting_reqs"],
         # a request moving from the waiting queue into a prefill batch is in neither list for a moment:
         # a zero is read twice this far apart before the drain believes it
@@ -178,7 +178,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         # free the GPU in place (no restart): the KV cache released, the weights kept. Read from 0.5.10-0.5.23
         # (entrypoints/http_server.py 0.5.16:1419-1440 and 1622-1646; managers/io_struct.py:1490-1518, 1734-1751;
         # managers/scheduler_components/weight_updater.py:186-260) and checked on the real 0.5.16 server
-        # (docs/gpu-runs/2026-12-01-release-probe.log):
+        # (evidence/gpu-runs/2026-12-01-release-probe.log):
         #  - only with --enable-memory-saver: without it the release answers 200 and frees nothing (a cache
         #    flush: 45380 -> 44930 MiB), so what it freed is always measured; /server_info says whether the
         #    server runs with it (`enable_memory_saver`) and how big its KV cache is (memory_usage.kvcache,

@@ -346,7 +346,7 @@ def tune_kernel(torch: Any, cfg: dict[str, Any], kernel: TunedTritonKernel, s: d
     are not drawn from this), within the run's budget, and write the config file the server loads (proven by its
     loader). Each distribution is timed on its own and a config must beat the server's under every one of them
     (tune(groups=)): tuned on uniform routing alone, configs lost 6-16% under zipf(1) at M=512 and 1024 on the
-    H200, and on the mean of both still 6% at M=512 and 4% at 4096 (docs/benchmarks.md, the fourth run)."""
+    H200, and on the mean of both still 6% at M=512 and 4% at 4096 (docs/benchmarks.md, "Tuned Triton")."""
     at = tune_sizes(cfg, sizes)
     gen = torch.Generator(device=device).manual_seed(seed + 3)
     specs = routing_specs(cfg.get("routing") or [{"kind": "uniform"}], s)

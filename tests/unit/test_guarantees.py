@@ -155,7 +155,7 @@ def test_sweep_report_refuses_malformed_results_and_keeps_history_without_a_plot
 
 def test_plot_failure_keeps_the_history_line(tmp_path):
     """/usr/bin/python3 has no matplotlib: the plot fails, the report and the history line are kept."""
-    doc = Path(__file__).resolve().parents[2] / "docs/h200/run1-tp8-sglang.json"
+    doc = Path(__file__).resolve().parents[2] / "evidence/h200/run1-tp8-sglang.json"
     result = tmp_path / "sweep-tp8-sglang.json"
     result.write_text(doc.read_text())
     history = tmp_path / "history.jsonl"

@@ -415,8 +415,8 @@ def test_vllm_current_kv_cache_line_moves_the_stage():
 
 
 def test_the_real_sglang_0_5_16_journal_moves_the_stage_through_each_step():
-    """Lines the real SGLang 0.5.16 server logged on the H200 (docs/gpu-runs/2026-12-01-real-sglang-probe.log)."""
-    log = (ROOT / "docs/gpu-runs/2026-12-01-real-sglang-probe.log").read_text().splitlines()
+    """Lines the real SGLang 0.5.16 server logged on the H200 (evidence/gpu-runs/2026-12-01-real-sglang-probe.log)."""
+    log = (ROOT / "evidence/gpu-runs/2026-12-01-real-sglang-probe.log").read_text().splitlines()
     lines = [line for line in log if line.startswith("[2026-12-01")]
     stages = []
     for i in range(1, len(lines) + 1):

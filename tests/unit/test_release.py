@@ -135,7 +135,7 @@ def test_a_release_asked_for_that_the_server_cannot_do_names_the_fix():
 
 
 def test_the_servers_numbers_as_the_real_one_gives_them():
-    info = json.loads((ROOT / "docs/gpu-runs/2026-12-01-release-probe.log").read_text().split("memory_usage=")[1]
+    info = json.loads((ROOT / "evidence/gpu-runs/2026-12-01-release-probe.log").read_text().split("memory_usage=")[1]
                       .split("\n")[0].replace("'", '"'))
     states = [{"memory_usage": usage} for usage in info]  # the real 0.5.16's /server_info, per rank
     assert json_values({"internal_states": states}, "internal_states[].memory_usage.kvcache") == [41.64]

@@ -45,7 +45,7 @@ systemd. Each behaviour names the source it follows (files of the release's whee
     UnHealthy server logs "Signal SIGTERM received while health check failed. Force exiting." and exits
   - memory release (entrypoints/http_server.py 0.5.16:1419-1440, 1622-1646; managers/tokenizer_manager.py
     1730-1749; scheduler_components/weight_updater.py:186-260), as seen on the real 0.5.16 on the H200
-    (docs/gpu-runs/2026-12-01-release-probe.log): POST /pause_generation {"mode": "abort"} aborts what runs
+    (evidence/gpu-runs/2026-12-01-release-probe.log): POST /pause_generation {"mode": "abort"} aborts what runs
     (finish_reason "abort") and HOLDS new requests until POST /continue_generation; POST
     /release_memory_occupation {"tags": [...]} (none = all) KILLS the server when the scheduler is not idle
     (the assertion) and frees memory only with --enable-memory-saver (else 200 and nothing freed); POST
