@@ -314,11 +314,14 @@ def key_problem(unit: str, given_key: str, required: bool, installed: str, files
         return ""
     if required:
         return ("bc_api_key is empty: the server would be restarted with no authentication, serving anyone who reaches "
-                "its port. Give the key (e.g. export BC_API_KEY, or AWX's credential), or set bc_api_key_required: false "
-                "for a site without one. Nothing was touched.")
+                "its port. Give the key: bc_api_key in the inventory from a secret, as inventory/example does (the "
+                "bc_secret lookup of BC_API_KEY), then export BC_API_KEY, or BC_API_KEY_FILE naming a 0600 file (AWX's "
+                "credential sets it); a BC_API_KEY exported with no such line in the inventory is not read. Or set "
+                "bc_api_key_required: false for a site without one. Nothing was touched.")
     if installed:
         return ("bc_api_key is empty but %s has a key today (%s): the cycle would take its authentication away. Give the "
-                "key (export BC_API_KEY, or AWX's credential); to remove the key on purpose, delete it from %s by hand "
+                "key (bc_api_key from a secret, as inventory/example does; AWX's credential); to remove the key on purpose, "
+                "delete it from %s by hand "
                 "first. Nothing was touched." % (unit, files, files))
     return ""
 
