@@ -28,7 +28,7 @@ options:
 
 EXAMPLES = r"""
 # inventory group_vars: the API key from AWX's credential (BC_API_KEY_FILE) or from an operator's shell (BC_API_KEY)
-bc_api_key: "{{ lookup('bc_secret', 'BC_API_KEY') }}"
+bc_api_key: "{{ lookup('inference_ops.benchmark_cycle.bc_secret', 'BC_API_KEY') }}"
 """
 
 RETURN = r"""
@@ -94,7 +94,8 @@ def read_secret(name: str, environ: Mapping[str, str]) -> str:
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[str]:
         if len(terms) != 1 or not isinstance(terms[0], str) or not terms[0]:
-            raise AnsibleError("bc_secret takes one name, e.g. lookup('bc_secret', 'BC_API_KEY'); got %r" % (terms,))
+            raise AnsibleError("bc_secret takes one name, e.g. lookup('inference_ops.benchmark_cycle.bc_secret', "
+                               "'BC_API_KEY'); got %r" % (terms,))
         try:
             return [read_secret(terms[0], os.environ)]
         except SecretError as err:

@@ -480,8 +480,9 @@ def notify_problems(hook: Any) -> list[str]:
         out.append(problem)
     if "token" in hook and not (isinstance(hook["token"], str) and re.fullmatch(r"[!-~]+", hook["token"])):
         out.append("bc_notify_webhook.token is empty, or holds whitespace or a character outside printable ASCII (the value is "
-                   "not shown): give it as \"{{ lookup('bc_secret', 'BC_NOTIFY_TOKEN') }}\" with BC_NOTIFY_TOKEN_FILE (a 0600 "
-                   "file) or BC_NOTIFY_TOKEN set, or leave token out for a webhook that takes none")
+                   "not shown): give it from a secret, the bc_secret lookup of BC_NOTIFY_TOKEN (as inventory/example reads BC_API_KEY), "
+                   "with BC_NOTIFY_TOKEN_FILE (a 0600 file) or BC_NOTIFY_TOKEN set, or leave token out for a webhook that "
+                   "takes none")
     on = hook.get("on", list(NOTIFY_DEFAULT))
     if not isinstance(on, list) or not on or not all(isinstance(e, str) and e in NOTIFY_EVENTS for e in on):
         out.append("bc_notify_webhook.on must be a non-empty list of %s, e.g. [failed, router_out] (the default); "

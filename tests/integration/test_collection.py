@@ -5,14 +5,17 @@ paths): every module, module_util, filter, role and the callback the run uses is
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIN, INVENTORY, ROOT, sh
+import yaml
+from conftest import BIN, HOST, INVENTORY, ROOT, sh
 
 FQCN = "inference_ops.benchmark_cycle"
 
@@ -74,3 +77,42 @@ def test_the_installed_collection_runs_the_cycle_on_the_lab(llama, installed):
     assert sweeps and sweeps[0].with_suffix("").with_suffix(".report.md").exists()
     assert re.search(r"ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", out)
     assert sh("systemctl is-active llama-lab").strip() == "active"
+
+
+def example_on_the_lab(tmp: Path) -> Path:
+    """A copy of inventory/example, as an operator makes it, whose one host is the lab host (its address, port and key
+    from the lab's inventory; the example's own address is never contacted): every other line as shipped."""
+    inv = tmp / "mysite"
+    shutil.copytree(ROOT / "inventory/example", inv)
+    lab = yaml.safe_load((ROOT / INVENTORY / "hosts.yml").read_text())["all"]
+    lab_vars = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    host = hosts["all"]["children"]["inference"]["hosts"]["gpu1"]
+    host.update({k: lab["children"]["inference"]["hosts"][HOST][k] for k in ("ansible_host", "ansible_port")},
+                ansible_ssh_private_key_file=lab["vars"]["ansible_ssh_private_key_file"],
+                ansible_ssh_common_args=lab_vars["ansible_ssh_common_args"])
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return inv
+
+
+@pytest.mark.path("refused.preflight", real="the installed collection's preflight against the lab, beside the clone's")
+def test_the_installed_collection_reads_a_copy_of_the_example_inventory_as_the_clone_does(llama, installed, tmp_path):
+    """The operator's first step: a copy of inventory/example (its key through the collection's bc_secret lookup, by
+    its full name) run by the installed collection's playbook reaches the same preflight verdict as the clone's; the
+    short lookup name failed there ("The lookup plugin 'bc_secret' was not found")."""
+    inv, key = example_on_the_lab(tmp_path), "sk-example-copy-5e0c7d"
+    same = {"BC_API_KEY": key, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    verdicts = []
+    for playbook, cwd, env in ((f"{FQCN}.benchmark_cycle", installed, site_env(installed, **same)),
+                               ("benchmark_cycle.yml", ROOT, site_env(installed, **same, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))):
+        run = subprocess.run([str(BIN / "ansible-playbook"), playbook, "-i", str(inv), "--tags", "preflight"], cwd=cwd, env=env,
+                             capture_output=True, text=True, timeout=900, check=False)
+        out = run.stdout + run.stderr
+        assert "was not found" not in out and "Traceback" not in out and key not in out, out[-3000:]
+        # what the preflight said of gpu1: its refusal, or its plan
+        said = [json.loads(m).get("msg") for m in re.findall(r"^(?:fatal: \[gpu1\]: FAILED!|ok: \[gpu1\]) => (\{.*\})$", out, re.M)]
+        said = [m for m in said if isinstance(m, str) and ("gpu1" in m or "sweep" in m)]
+        assert said, out[-3000:]
+        verdicts.append((run.returncode, said[-1]))
+    assert verdicts[0] == verdicts[1], verdicts
+    assert sh("ls /run/lock/ | grep -c benchmark-cycle || true").strip() == "0"  # the preflight touched nothing

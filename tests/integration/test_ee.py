@@ -78,7 +78,7 @@ def run_kwargs(pdd: Path, image: str, results: Path, ident: str) -> dict:
 
 SURVEY = {"bc_target": "inference", "bc_sweep_batch_sizes": "1,2,4,8", "bc_sweep_tp_sizes": "1", "bc_sweep_backends": "torch",
           "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 1,
-          "bc_api_key": "{{ lookup('bc_secret', 'BC_API_KEY') }}"}
+          "bc_api_key": "{{ lookup('inference_ops.benchmark_cycle.bc_secret', 'BC_API_KEY') }}"}
 
 
 @pytest.mark.path("stop.ready", real="the built execution environment (podman) running the cycle")

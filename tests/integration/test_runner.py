@@ -25,7 +25,7 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
         "bc_sweep_backends": "torch", "bc_readiness_timeout_s": 120, "bc_stop_policy": "always", "bc_start_delay_s": 3,
         # the key as AWX's credential type (awx/configure.yml) hands it over: a 0600 file, its path in BC_API_KEY_FILE,
         # read as inventory/ct200 reads it
-        "bc_api_key": "{{ lookup('bc_secret', 'BC_API_KEY') }}"}))
+        "bc_api_key": "{{ lookup('inference_ops.benchmark_cycle.bc_secret', 'BC_API_KEY') }}"}))
     key_file = tmp_path / "credential-file"
     key_file.write_text(SECRET + "\n")
     key_file.chmod(0o600)

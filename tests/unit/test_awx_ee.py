@@ -120,13 +120,14 @@ def rendered(expr: str) -> str:
 
 
 def test_every_secret_the_site_reads_is_injected_as_a_file_never_as_a_value():
-    """inventory/ct200 reads each secret with lookup('bc_secret', NAME): the credential type must inject NAME_FILE (a
+    """inventory/ct200 reads each secret with lookup('inference_ops.benchmark_cycle.bc_secret', NAME): the credential
+    type must inject NAME_FILE (a
     path: ansible-runner records the job's environment in artifacts/<id>/command) from a file template of that input,
     and nothing else into the environment."""
     import re
 
     site = "\n".join(p.read_text() for p in (ROOT / "inventory/ct200").rglob("*.yml"))
-    names = set(re.findall(r"lookup\('bc_secret', '([A-Z_]+)'\)", site))
+    names = set(re.findall(r"lookup\('(?:inference_ops\.benchmark_cycle\.)?bc_secret', '([A-Z_]+)'\)", site))
     assert "BC_API_KEY" in names and "lookup('ansible.builtin.env', 'BC_API_KEY')" not in site
     injectors = task("awx.awx.credential_type")["injectors"]
     env, files = injectors["env"], injectors["file"]

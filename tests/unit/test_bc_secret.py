@@ -92,7 +92,7 @@ def test_the_site_inventory_reads_the_key_from_the_credentials_file_and_refuses_
     assert run.returncode != 0 and "chmod 600" in run.stdout + run.stderr and KEY not in run.stdout + run.stderr
     # the inventory as a file holds the lookup, not the key
     assert KEY not in inventory_key({"BC_API_KEY_FILE": str(secret_file(tmp_path, KEY))}).stdout
-    assert json.loads(inventory_key({}).stdout)["bc_api_key"].startswith("{{ lookup('bc_secret'")
+    assert json.loads(inventory_key({}).stdout)["bc_api_key"].startswith("{{ lookup('inference_ops.benchmark_cycle.bc_secret'")
 
 
 def test_a_file_of_another_user_is_refused_naming_the_owner(tmp_path):

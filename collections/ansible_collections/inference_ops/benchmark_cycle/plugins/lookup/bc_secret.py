@@ -1,0 +1,1 @@
+../../../../../../lookup_plugins/bc_secret.py
