@@ -719,6 +719,8 @@ def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> d
     orphans = kill_orphans(module, p["tag"]) if p["tag"] else []
     ooms_before = oom_kills()
     try:
+        # not run_command: it takes no timeout, and the sweep's budget must bound it (and its process group's signal)
+        # pylint: disable-next=ansible-bad-function
         proc = subprocess.run([python, "-m", SWEEP_MODULE] + (["--tag", p["tag"]] if p["tag"] else []), input=json.dumps(cfg), text=True,
                               capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage,
                               preexec_fn=expendable)

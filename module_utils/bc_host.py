@@ -68,6 +68,8 @@ def run(argv: list[str], timeout: float, stdin: str | None = None, env: dict[str
     """(rc, stdout, stderr) of an argument list (no shell), or a CommandError once it ran past
     `timeout` seconds (the process is killed) or could not be started."""
     try:
+        # not AnsibleModule.run_command: it takes no timeout, and every command here has one (and runs without a module)
+        # pylint: disable-next=ansible-bad-function
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
                               errors="replace", env=env, cwd=cwd)
     except subprocess.TimeoutExpired:

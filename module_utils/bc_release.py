@@ -194,8 +194,8 @@ def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ:
             except ValueError:
                 old = True
             if old:
-                why = ("%s %s does not back it up (from %s): a release would discard it" % (engine, version or "(version unknown)",
-                                                                                          spec["backed_up_since"]))
+                why = ("%s %s does not back it up (from %s): a release would discard it"
+                       % (engine, version or "(version unknown)", spec["backed_up_since"]))
         if not why and spec.get("env_true"):
             on = env_true(environ, spec["env_true"])
             if not on:
@@ -217,15 +217,15 @@ def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ:
     if gpus is None:
         missing.append("how many GPUs of this host it runs on is unknown (%s in its info)" % ", ".join(whole["ranks"].values()))
     elif backup_gib:
-        out["host_backup_mib"] = int(sum(backup_gib) * gpus * 1024)
+        need = out["host_backup_mib"] = int(sum(backup_gib) * gpus * 1024)
         out["timeout_s"] = round(sum(backup_gib) * gpus * whole["host_copy_s_per_gib"], 1)
         room = None if host_available_mib is None else int(host_available_mib * whole["host_share"])
         if room is None:
             missing.append("the host's available memory is unknown (/proc/meminfo not read): the weights' pinned copy "
-                           "(%d MiB) may not fit" % out["host_backup_mib"])
-        elif out["host_backup_mib"] > room:
+                           "(%d MiB) may not fit" % need)
+        elif need > room:
             missing.append("the weights' pinned host copy needs %d MiB and the host has %d MiB available (%d%% of it "
-                           "usable)" % (out["host_backup_mib"], host_available_mib, whole["host_share"] * 100))
+                           "usable)" % (need, int(host_available_mib or 0), whole["host_share"] * 100))
     checker = whole.get("checker")
     try:
         if checker and version and version_key(version) >= version_key(checker["since"]):
