@@ -32,6 +32,7 @@ import yaml
 from vars_json import SOURCES as VARS_SOURCES
 from vars_json import to_json as vars_to_json
 
+from filter_docs import IndentedDumper
 from filter_docs import sidecars as filter_sidecars
 from role_readme import readmes as role_readmes
 
@@ -232,6 +233,9 @@ def build(out: Path, root: Path = ROOT) -> Path:
         # a sidecar names its filter by the short name (as ansible-core's own do): written beside the leftovers check
         (dest / "plugins" / "filter" / ("%s.yml" % name)).write_text(rewrite_yaml(text, fqcn, [], filters, []))
     shutil.copytree(root / "changelogs", dest / "changelogs", ignore=shutil.ignore_patterns(".*"))
+    for path in (dest / "changelogs").glob("*.yaml"):  # antsibull-changelog's data, its lists indented as yamllint wants
+        path.write_text(yaml.dump(yaml.safe_load(path.read_text()), Dumper=IndentedDumper, sort_keys=False, width=110,
+                                  explicit_start=True))
     if problems:
         raise BuildError("the collection still names project-layout code:\n  " + "\n  ".join(problems))
     return dest

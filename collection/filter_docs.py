@@ -37,11 +37,15 @@ def used_in(name: str, root: Path) -> list[str]:
     return [str(p.relative_to(root)) for p in paths if pattern.search(p.read_text(encoding="utf-8"))]
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings as literal blocks (the EXAMPLES read as written)."""
+class IndentedDumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks (the EXAMPLES read as written); a list indented under its key, as yamllint's
+    default (and ansible-lint's, inside the installed collection) wants it."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
 
 
-_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+IndentedDumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
 
 
 def sidecar(name: str, fn: Callable[..., Any], root: Path, fqcn: str, version: str) -> dict[str, Any]:
@@ -74,7 +78,7 @@ def sidecar(name: str, fn: Callable[..., Any], root: Path, fqcn: str, version: s
             positional.append(key)
     documentation: dict[str, Any] = {
         "name": name, "author": "benchmark-cycle contributors", "version_added": version,
-        "short_description": first.rstrip(".:;")[:160],
+        "short_description": first.rstrip(".:;")[:120],
         "description": paragraphs or [name],
         "options": options,
     }
@@ -84,12 +88,12 @@ def sidecar(name: str, fn: Callable[..., Any], root: Path, fqcn: str, version: s
     call = "%s.%s%s" % (fqcn, name, "(%s)" % ", ".join(args) if args else "")
     where = used_in(name, root)
     example = "%sresult: \"{{ %s | %s }}\"\n" % (
-        "# used by %s\n" % ", ".join(where) if where else "", params[0].name if params else "value", call)
+        "".join("# used by %s\n" % w for w in where), params[0].name if params else "value", call)
     returned = {"description": "What the description says it returns.", "type": doc_type(hints.get("return", Any))}
     return {"DOCUMENTATION": documentation, "EXAMPLES": example, "RETURN": {"_value": returned}}
 
 
 def sidecars(filters: dict[str, Callable[..., Any]], root: Path, fqcn: str, version: str = "1.0.0") -> dict[str, str]:
     """{filter name: its sidecar's YAML text} for every filter the plugin registers."""
-    return {name: yaml.dump(sidecar(name, fn, root, fqcn, version), Dumper=_Dumper, sort_keys=False, width=120)
+    return {name: yaml.dump(sidecar(name, fn, root, fqcn, version), Dumper=IndentedDumper, sort_keys=False, width=120)
             for name, fn in sorted(filters.items())}
