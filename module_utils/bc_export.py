@@ -7,6 +7,7 @@ the standard library, so the filter plugin and the callback share them."""
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -90,22 +91,32 @@ def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None
     return "\n".join(lines) + "\n"
 
 
+# what XML 1.0 cannot hold (ElementTree writes it anyway, and every reader refuses the file), and a terminal's colour
+# and cursor sequences (a router hook's or a server's output): taken out of every text the JUnit file carries
+_NOT_XML = re.compile("\x1b\\[[0-9;?]*[ -/]*[@-~]|[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: Any) -> str:
+    """`text` as XML 1.0 can carry it: control characters and terminal escape sequences removed."""
+    return _NOT_XML.sub("", str(text))
+
+
 def junit(steps: list[dict[str, Any]], name: str = "benchmark_cycle") -> str:
     """JUnit XML: one testsuite per host, one testcase per step ({host, step, seconds, failures:
     [message], skipped}). A step that failed and was rescued still fails: it did fail."""
     root = ET.Element("testsuites", name=name)
     for host in sorted({s["host"] for s in steps}):
         mine = [s for s in steps if s["host"] == host]
-        suite = ET.SubElement(root, "testsuite", name="%s %s" % (name, host), tests=str(len(mine)),
+        suite = ET.SubElement(root, "testsuite", name=xml_text("%s %s" % (name, host)), tests=str(len(mine)),
                               failures=str(sum(1 for s in mine if s["failures"])),
                               skipped=str(sum(1 for s in mine if s.get("skipped") and not s["failures"])),
                               time="%.3f" % sum(s["seconds"] for s in mine))
         for step in mine:
-            case = ET.SubElement(suite, "testcase", classname="%s.%s" % (name, host), name=step["step"],
+            case = ET.SubElement(suite, "testcase", classname=xml_text("%s.%s" % (name, host)), name=xml_text(step["step"]),
                                  time="%.3f" % step["seconds"])
             if step["failures"]:
-                failure = ET.SubElement(case, "failure", message=step["failures"][0][:500])
-                failure.text = "\n".join(step["failures"])
+                failure = ET.SubElement(case, "failure", message=xml_text(step["failures"][0])[:500])
+                failure.text = xml_text("\n".join(step["failures"]))
             elif step.get("skipped"):
                 ET.SubElement(case, "skipped")
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

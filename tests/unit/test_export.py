@@ -77,6 +77,24 @@ def test_junit_has_a_case_per_step_and_a_rescued_failure_still_fails():
     assert abs(cases["gpu_benchmark"].time - 14.2) < 1e-6
 
 
+@pytest.mark.parametrize("noise", [
+    "\x1b[1;31mrefused\x1b[0m",   # a router hook's colour
+    "\x1b[2K\x1b[?25lspinner",      # a cursor sequence
+    "nul\x00 bell\x07 bs\x08",      # control characters XML 1.0 cannot hold
+    "\ufffe\uffff",                 # non-characters
+])
+def test_a_failure_whose_text_xml_cannot_hold_still_makes_a_junit_file_readers_parse(noise):
+    """A hook's output with terminal colours made the file unparseable (#44): what XML cannot carry is taken out, the
+    rest of the message is kept."""
+    steps = [{"host": "ct200", "step": "Router hook " + noise, "seconds": 1.0, "failures": ["the hook said " + noise + " end"],
+              "skipped": False}]
+    xml = JUnitXml.fromstring(junit(steps))
+    case = next(iter(next(iter(xml))))
+    message = case.result[0].message
+    assert message.startswith("the hook said ") and message.endswith(" end") and "\x1b" not in message
+    assert all(ch in "\t\n\r" or ord(ch) >= 0x20 for ch in message + case.name)
+
+
 def test_the_real_h200_sweep_exports():
     real = json.loads((ROOT / "tests/unit/fixtures/h200/sweep-tp1-sglang-k26.json").read_text())
     fam = families(textfile({"host": "h200", "unit": "u"}, [real], now=2.0))
