@@ -15,10 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import yaml
 from conftest import (
+    BIN,
     CONTAINER,
     DOUBLE,
     HOST,
+    INVENTORY,
     ROOT,
     SWEEP_RUNNING,
     env,
@@ -432,3 +435,34 @@ def test_processes_that_never_belonged_to_the_unit_are_left_alone(llama, reliabi
     reliability(fault="server-named processes outside the unit", injected="a hand-started llama-server, and one inside another unit",
                 did="neither belonged to the unit (its cgroup, its main PID's descendants): both left alone; the cycle completed",
                 service_after=after, data_kept="full results", detect_s=None, run_s=run.seconds)
+
+
+# a start awaited as the cycle awaits one: the lab's readiness budget
+LAB_READINESS_S = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_readiness_timeout_s"]
+
+
+@pytest.mark.path("none.static", real="systemd's start limit on the lab host, through the cycle's own start (inference_unit)")
+def test_the_cycles_starts_never_spend_the_operators_start_limit(llama, reliability):
+    """systemd counts every start against StartLimitBurst (the unit: 3 in 3600 s), the cycle's and the dead-man
+    switch's too. More of the cycle's starts than the burst allows, one after another as cycles in an hour would make
+    them (inference_unit state=started: the cycle's start, reset-failed first), and then an operator's plain stop and
+    start must still work."""
+    burst = int(sh("systemctl show -P StartLimitBurst llama-lab").strip())
+    assert burst >= 1
+    for _ in range(burst + 1):
+        sh("systemctl stop llama-lab")
+        start = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_unit", "-a",
+                                json.dumps({"name": "llama-lab", "state": "started"})], cwd=ROOT, env=env(),
+                               capture_output=True, text=True, timeout=600, check=False)
+        assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
+        wait_in_host("systemctl is-active -q llama-lab", LAB_READINESS_S, what="the cycle's start")
+    sh("systemctl stop llama-lab")
+    operator = subprocess.run(["podman", "exec", CONTAINER, "systemctl", "start", "llama-lab"], capture_output=True, text=True,
+                              timeout=300, check=False)
+    result = sh("systemctl show -P Result llama-lab").strip()
+    assert operator.returncode == 0 and result != "start-limit-hit", operator.stdout + operator.stderr + result
+    assert served_again() == "active, answers 2+2=4"
+    reliability(fault="systemd's start limit", injected=f"{burst + 1} starts by the cycle's own start path in a row "
+                f"(StartLimitBurst={burst}), then an operator's stop and start",
+                did="every start of the cycle's began with reset-failed: the operator's start worked",
+                service_after=serving(), data_kept="-", detect_s=None, run_s=0.0)
