@@ -36,7 +36,6 @@ from ansible.module_utils.bc_contract import (
     CONTROL,
     ENV_NAME,
     POSIX_NAME,
-    hook_secrets,
     installed_key,
     int_list,
     name_list,
@@ -45,6 +44,7 @@ from ansible.module_utils.bc_contract import (
 )
 from ansible.module_utils.bc_contract import key_problem as _key_problem
 from ansible.module_utils.bc_contract import problems as _problems
+from ansible.module_utils.bc_endpoints import hook_secrets
 from ansible.module_utils.bc_engines import flag_for_version, profile
 from ansible.module_utils.bc_export import notification
 from ansible.module_utils.bc_export import textfile as prom_textfile

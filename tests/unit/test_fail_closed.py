@@ -135,7 +135,7 @@ def test_engine_flags_with_token_in_their_name_are_not_secrets():
 
 
 def test_hook_secrets_take_the_value_after_a_token_flag_and_the_body_and_messages_never_quote_them():
-    from ansible.module_utils.bc_contract import hook_secrets
+    from ansible.module_utils.bc_endpoints import hook_secrets
 
     hook = {"argv": ["/usr/local/bin/lb", "--token", "Zq9xSECRET", "--auth=AbcSECRET2"]}
     assert {"Zq9xSECRET", "AbcSECRET2"} <= set(hook_secrets(hook, {"url": "https://lb/x", "body": {"a": {"t": "BodySECRET3"}}}))
