@@ -172,7 +172,6 @@ from ansible.module_utils.bc_host import (
     check_timeout,
     main_process,
     redact,
-    settle_beat,
 )
 from ansible.module_utils.bc_host import gpus as host_gpus
 from ansible.module_utils.bc_release import SERVER_SPEC, Release, ReleaseError, server_keys, server_problem
@@ -286,7 +285,7 @@ def main() -> None:
         module.warn(note)
     # a release or resume, its fall-back included (free memory, pause, the idle wait and its last probe, release, free
     # memory and the GPU wait, resume, continue): five HTTP calls, the two waits and three commands at most
-    beaten = beat_for(module, 5 * p["timeout"] + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"], time.time())
+    beat_for(module, 5 * p["timeout"] + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"], time.time())
     base = p["url"].rstrip("/")
 
     def http(method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> HttpResult:
@@ -312,7 +311,6 @@ def main() -> None:
     except ReleaseError as err:
         module.fail_json(msg="%s: %s" % (base, redact(str(err), server_keys(p))), server_state=err.state,
                          steps=rel.steps)
-    settle_beat(module, beaten)  # done: the next contact comes within the grace, not this call's worst case
     module.exit_json(changed=True, steps=rel.steps, **result)
 
 

@@ -360,7 +360,6 @@ from ansible.module_utils.bc_host import (
     end_beat,
     fence,
     redact,
-    settle_beat,
     write_atomic,
 )
 from ansible.module_utils.bc_host import run as host_run
@@ -483,8 +482,6 @@ def main() -> None:
         result = run_steps(module, unit, beaten)
         if p["state"] in DISARMING and not module.check_mode:
             beaten = end_beat(p["heartbeat"])
-        else:
-            beaten = settle_beat(module, beaten)
     except (UnitError, CommandError) as err:
         module.fail_json(msg="%s: %s" % (p["name"], redact(str(err))))
     module.exit_json(name=unit.name, state=p["state"], **dict(result, **({"heartbeat": beaten} if beaten else {})))

@@ -452,15 +452,6 @@ def beat_until(path: str) -> int | None:
     return int(text.strip()) if text is not None and re.fullmatch(r"\s*\d{1,12}\s*", text) else None
 
 
-def settle_beat(module: Any, beaten: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Once a step is done, its promise shrinks to the silence after it (now + for_s): the step's own worst case (a
-    stop's budget: minutes) was promised before it ran, and a controller lost right after it must cost the grace, not
-    that worst case. Only where the first beat was written (a promise this cycle still holds)."""
-    if module.check_mode or not beaten or not beaten.get("written"):
-        return beaten
-    return beat(module.params.get("heartbeat"), time.time(), 0) or beaten
-
-
 def lost_lock(heartbeat: dict[str, Any] | None) -> str:
     """Why the cycle named by the heartbeat's token no longer holds the lock its heartbeat lives in, or "" (it does,
     or there is no heartbeat or token to tell by). A lock that is gone, or whose holder cannot be read, is not held."""

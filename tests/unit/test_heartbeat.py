@@ -149,30 +149,3 @@ def test_a_step_acts_only_while_its_cycle_holds_the_lock(tmp_path, holder, token
 def test_a_lock_that_is_gone_is_not_held(tmp_path):
     assert "its lock" in lost_lock({"path": str(tmp_path / "gone.lock" / "heartbeat"), "for_s": 60, "token": "cycle-a"})
     assert lost_lock(None) == "" and lost_lock({}) == ""
-
-
-class _Module:  # what settle_beat reads of an AnsibleModule: its check mode and its heartbeat parameter
-    def __init__(self, heartbeat: dict, check_mode: bool = False) -> None:
-        self.params, self.check_mode = {"heartbeat": heartbeat}, check_mode
-
-
-def test_a_step_that_is_done_promises_only_the_silence_after_it(tmp_path):
-    """A stop promised its own worst case (minutes) before it ran; once done, a controller lost right after it costs
-    the grace (for_s), not that worst case (#44)."""
-    import math
-    import time
-
-    from ansible.module_utils.bc_host import settle_beat
-    path = _lock(tmp_path, "cycle-a")
-    heartbeat = {"path": path, "for_s": 30, "token": "cycle-a"}
-    before = beat(heartbeat, now=time.time(), own_s=600)  # the stop's promise: its budget + the grace
-    assert before["written"] and beat_until(path) >= time.time() + 600
-    t0 = time.time()
-    settled = settle_beat(_Module(heartbeat), before)
-    t1 = time.time()
-    assert settled["written"] and math.ceil(t0) + 30 <= beat_until(path) <= math.ceil(t1) + 30  # now + for_s
-    # nothing to settle: no promise was written (none given, or it failed), or check mode
-    assert settle_beat(_Module(heartbeat), None) is None
-    assert settle_beat(_Module(heartbeat), {"written": False, "why": "x"}) == {"written": False, "why": "x"}
-    beat(heartbeat, now=time.time(), own_s=600)
-    assert settle_beat(_Module(heartbeat, check_mode=True), before) is before and beat_until(path) >= time.time() + 600
