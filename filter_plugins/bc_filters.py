@@ -257,13 +257,15 @@ def cycle_budget(numbers: dict[str, Any]) -> dict[str, Any]:
 def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None, rotation: Any = False) -> dict[str, Any]:
     """The cycle's strategy (beside, release or stop) and why, from the preflight's numbers:
     `sizing` has fits, has_gpu, need_mib (with the margin) and free_mib (the sweep's preflight);
-    `support` is inference_memory_info's result (None when the server was not asked); `rotation`: the live server
-    refused the cycle's key (only a real true counts). A release asked for that cannot be done, or a rotation under a
-    policy that never restarts, gives strategy None and the error naming the fix."""
+    `support` is inference_memory_info's result (None when the server was not asked); `rotation`: true when the live
+    server refused the cycle's key, none when it was asked and did not say (unknown: a restart, or a refusal), anything
+    else no rotation. A release asked for that cannot be done, or a rotation under a policy that never restarts, gives
+    strategy None and the error naming the fix."""
     numbers = {"fits": bool(sizing.get("fits")), "has_gpu": bool(sizing.get("has_gpu")),
                "need_mib": int(sizing.get("need_mib") or 0), "free_mib": int(sizing.get("free_mib") or 0)}
     try:
-        got = dict(choose(str(policy), numbers, support, rotation is True), need_mib=numbers["need_mib"], error="")
+        got = dict(choose(str(policy), numbers, support, True if rotation is True else None if rotation is None else False),
+                   need_mib=numbers["need_mib"], error="")
     except ValueError as err:
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
     if got["strategy"] == "release_all" and not WHOLE_RELEASE_WIRED:
@@ -298,11 +300,11 @@ def bring_back_failure(plan: dict[str, Any], unit: str, rolled_back: bool, resta
     return _bring_back_failure(plan, unit, bool(rolled_back), bool(restarted), earlier or None, start_failure)
 
 
-def cycle_verdict(failure: str, touched: bool, recovery: bool, host: str) -> str:
+def cycle_verdict(failure: str, touched: bool, recovery: bool, host: str, fenced: Any = False) -> str:
     """The job's last words when a failure remains once the service is back (bc_bringback.verdict): a cycle says
     where it failed and whether it started the service again or never stopped it; a recovery says what it could not
-    read."""
-    return _verdict(str(failure), bool(touched), bool(recovery), str(host))
+    read; a cycle that lost its lock says it brought nothing back."""
+    return _verdict(str(failure), bool(touched), bool(recovery), str(host), fenced is True)
 
 
 def roll_lost(hosts: Any, hostvars: Any, max_fail_percentage: Any) -> dict[str, Any]:

@@ -39,9 +39,13 @@ version_added: "1.0.0"
 options:
   path: {description: Lock directory., type: path, required: true}
   state:
-    description: Take (present) or release (absent) the lock, or read it as it is (found).
+    description:
+      - Take (present) or release (absent) the lock, or read it as it is (found).
+      - V(recorded) merges O(record) into the lock this cycle holds (its progress, before the step it records) and
+        renews its heartbeat and lease; it never takes a lock. A cycle that no longer holds it (taken over, or gone) fails
+        with RV(fenced), and writes nothing.
     type: str
-    choices: [present, absent, found]
+    choices: [present, recorded, absent, found]
     default: present
   token:
     description: This cycle's identity; only the holder of the token releases the lock. Required unless O(state=found).
@@ -96,6 +100,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+fenced:
+  description: This cycle no longer holds the lock (O(state=recorded) by a cycle that lost it); nothing was written.
+  returned: when O(state=recorded) fails for that reason
+  type: bool
+  sample: true
 heartbeat:
   description: >-
     The file in the lock that holds the controller's promise of its next contact (whole seconds since the epoch),
@@ -262,7 +271,7 @@ def untrusted(path: str, euid: int | None = None) -> str:
 
 SPEC: dict[str, Any] = {
     "path": {"type": "path", "required": True},
-    "state": {"type": "str", "choices": ["present", "absent", "found"], "default": "present"},
+    "state": {"type": "str", "choices": ["present", "recorded", "absent", "found"], "default": "present"},
     "token": {"type": "str", "no_log": False},  # the cycle's name for its lock, printed in every refusal
     "owner": {"type": "dict", "default": {}},
     "stale_after": {"type": "int", "default": 7200},
@@ -366,6 +375,11 @@ def main() -> None:
     try:
         if p["state"] == "absent":
             module.exit_json(**release(path, p["token"], module.check_mode))
+        if p["state"] == "recorded":
+            if module.check_mode:
+                module.exit_json(changed=False, holder=read_owner(path) if os.path.isdir(path) else {},
+                                 heartbeat=heartbeat_file(path))
+            record(module, time.time())
         present(module)
     except LockError as exc:
         module.fail_json(msg=str(exc))
@@ -385,6 +399,26 @@ def release(path: str, token: str, check_mode: bool) -> dict[str, Any]:
     return {"changed": mine, "holder": holder, "released": mine}
 
 
+def record(module: AnsibleModule, now: float) -> None:
+    """A record is its holder's progress, written before the step it records: only the holder writes it, and a record
+    never takes a lock. A cycle that lost its lock (taken over while its controller was silent past its promise, or
+    released) fails here, fenced, before the step: the cycle that holds the lock now owns the host."""
+    p = module.params
+    path = p["path"]
+    with Guard(path):
+        holder = read_owner(path) if os.path.isdir(path) else {}
+        if holder.get("token") == p["token"]:
+            holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
+            if p["expires_in"]:
+                holder["expires"] = now + p["expires_in"]
+            write_owner(path, holder)
+            module.exit_json(changed=True, holder=holder, broken=False, heartbeat=heartbeat_file(path))
+    module.fail_json(msg="this cycle (%s) no longer holds the lock %s (%s): its record is not written and it changes nothing "
+                     "more here; the cycle that holds the lock owns the host" % (
+                         p["token"], path, "held by cycle %s" % holder.get("token") if holder else "it is gone"),
+                     fenced=True, holder=holder)
+
+
 def present(module: AnsibleModule) -> None:
     p = module.params
     path = p["path"]
@@ -397,6 +431,9 @@ def present(module: AnsibleModule) -> None:
     if take(path, owner):
         module.exit_json(changed=True, holder=owner, broken=False, heartbeat=heartbeat_file(path))
     with Guard(path):  # the holder again: renew the heartbeat and lease, merge its record - if it still holds it
+        forged = untrusted(path)  # made by someone else between the first look and this take
+        if forged:
+            module.fail_json(msg="the lock %s is not to be trusted: %s. Nothing was touched." % (path, forged), untrusted=forged)
         holder = read_owner(path)
         mine = holder.get("token") == p["token"]
         if mine:

@@ -449,8 +449,9 @@ def problem(p: dict[str, Any]) -> str:
     return ""
 
 
-# the states that disarm the dead-man switch (a start, a restart, a disarm)
-DISARMING = ("started", "restarted", "disarmed")
+# the states that disarm the dead-man switch (a start, a restart, a rollback's start, a disarm): each ends the heartbeat
+# (the lock's lease decides its liveness while readiness waits) and acts only for the lock's holder
+DISARMING = ("started", "restarted", "rolled_back", "disarmed")
 
 
 def own_budget(p: dict[str, Any]) -> float:

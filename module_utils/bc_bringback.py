@@ -123,9 +123,13 @@ def failure(bring: dict[str, Any], unit: str, rolled_back: bool, restarted: bool
     return "%s Original failure: %s" % (said, start_failure)
 
 
-def verdict(failure: str, touched: bool, recovery: bool, host: str) -> str:
+def verdict(failure: str, touched: bool, recovery: bool, host: str, fenced: bool = False) -> str:
     """The job's last words once the service is back and a failure remains (a cycle's first failure, or what a
-    recovery could not read): whether this job stopped the service (`touched`) and so started it again."""
+    recovery could not read): whether this job stopped the service (`touched`) and so started it again. A cycle that
+    lost its lock (`fenced`) brought nothing back: the cycle that holds the lock now owns the host."""
+    if fenced:
+        return ("the cycle failed at %s; it no longer owns %s: it started nothing and put nothing back in the router, and "
+                "the cycle that holds the lock now brings the service back" % (failure, host))
     if recovery:
         return "%s: the service was brought back, but %s" % (host, failure)
     return "the cycle failed at %s; the service %s and answers correctly" % (

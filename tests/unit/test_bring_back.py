@@ -138,3 +138,12 @@ def test_the_words_of_a_failed_bring_back(state, rolled, restarted, says, out):
 ])
 def test_the_last_words_say_whether_this_job_started_the_service_again(touched, recovery, says):
     assert cycle_verdict("the sweep: killed", touched, recovery, "lab1") == says
+
+
+def test_a_cycle_that_lost_its_lock_says_it_brought_nothing_back():
+    """Fenced (its controller woke after another cycle took the host over): whatever it had stopped, it started
+    nothing again; its verdict must not say the service was started again and answers (#44 review)."""
+    said = cycle_verdict("Sweep: this cycle (t1) no longer owns the host", True, False, "lab1", True)
+    assert "it no longer owns lab1: it started nothing and put nothing back in the router" in said
+    assert "answers correctly" not in said
+    assert "was started again" in cycle_verdict("the sweep: killed", True, False, "lab1", "true")  # only a real true

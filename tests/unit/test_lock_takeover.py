@@ -98,11 +98,23 @@ def test_a_holder_judged_dead_then_taken_over_cannot_write_over_the_new_owner(tm
     lock = tmp_path / "bc.lock"
     judged = dead_lock(lock)
     assert host_lock.claim(str(lock), {"token": "new-owner", "heartbeat": 5.0, "record": {}}, judged) == judged
-    late = adhoc("host_lock", {"path": str(lock), "token": "dead-cycle", "record": {"stopped": True}})
-    assert late["_status"] == "FAILED!" and "another benchmark cycle holds" in late["msg"] and "new-owner" in late["msg"], late
+    late = adhoc("host_lock", {"path": str(lock), "token": "dead-cycle", "state": "recorded", "record": {"stopped": True}})
+    assert late["_status"] == "FAILED!" and late["fenced"] is True, late  # the cycle's rescue gives the host up
+    assert "this cycle (dead-cycle) no longer holds the lock" in late["msg"] and "held by cycle new-owner" in late["msg"], late
     assert json.loads((lock / "owner.json").read_text())["token"] == "new-owner"
     gone = adhoc("host_lock", {"path": str(lock), "token": "dead-cycle", "state": "absent"})
     assert not gone["released"] and lock.is_dir()
+
+
+def test_a_record_never_takes_a_lock_that_is_gone(tmp_path):
+    """A cycle whose lock was released meanwhile (by the cycle that took it over and finished) records a step: it is
+    fenced, and no lock of its own is made with that record (the next cycle would inherit a step nobody took)."""
+    from test_modules_adhoc import adhoc
+
+    lock = tmp_path / "bc.lock"
+    late = adhoc("host_lock", {"path": str(lock), "token": "paused-cycle", "state": "recorded", "record": {"stopped": True}})
+    assert late["_status"] == "FAILED!" and late["fenced"] is True and "it is gone" in late["msg"], late
+    assert not lock.exists()
 
 
 def test_a_guard_held_for_ever_fails_at_its_bound_naming_the_file(tmp_path):

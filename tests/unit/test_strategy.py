@@ -97,3 +97,39 @@ def test_until_the_roles_run_it_a_whole_release_is_carried_out_as_a_stop_and_nev
     got = strategy("release_all", dict(FULL, need_mib=1), KV)
     assert got["strategy"] is None and "bc_stop_policy=release_all" in got["error"]
     assert strategy("auto", dict(FULL, need_mib=9900), KV)["strategy"] == "release"
+
+
+SIZING_FITS = {"fits": True, "has_gpu": True, "need_mib": 100, "free_mib": 1000}
+RELEASABLE = {"supported": True, "releasable_gib": 40.0, "why": ""}
+
+
+@pytest.mark.parametrize(("policy", "strategy", "words"), [
+    ("auto", "stop", "a key rotation: the live server refuses the new key until it starts again"),  # it would fit beside
+    ("always", "stop", "a key rotation"),
+    ("never", None, "bc_stop_policy=never never does: it would go on refusing the new key"),
+    ("release", None, "bc_stop_policy=release never does"),
+    ("release_all", None, "bc_stop_policy=release_all never does"),
+])
+def test_a_key_rotation_is_applied_by_a_restart_or_refused(policy, strategy, words):
+    """The live server refuses the key the cycle installs: only a restart puts it in force. Beside the server, or
+    released in place, the cycle would end green with the new key installed and refused (#44)."""
+    from bc_filters import strategy as decide
+    got = decide(policy, SIZING_FITS, RELEASABLE, True)
+    assert got["strategy"] == strategy and words in (got["why"] if strategy else got["error"]), got
+    assert decide(policy, SIZING_FITS, RELEASABLE, "True")["strategy"] != "stop" or policy == "always"  # only a real true
+    if strategy is None:
+        with pytest.raises(ValueError, match="rotation"):
+            choose(policy, SIZING_FITS, RELEASABLE, rotation=True)
+
+
+@pytest.mark.parametrize(("policy", "strategy", "words"), [
+    ("auto", "stop", "whether the live server takes the new key is not known: a restart puts it in force"),
+    ("never", None, "may not be the key the live server runs with (asked with it alone, the server did not answer"),
+    ("release", None, "bc_stop_policy=release never does"),
+])
+def test_a_rotation_that_cannot_be_told_is_treated_as_one(policy, strategy, words):
+    """The live server was asked with the new key alone and said neither yes nor 401 (a timeout, a 503): unknown is
+    not "no rotation" - the cycle would end green with a key the server may refuse."""
+    from bc_filters import strategy as decide
+    got = decide(policy, SIZING_FITS, RELEASABLE, None)
+    assert got["strategy"] == strategy and words in (got["why"] if strategy else got["error"]), got
