@@ -116,7 +116,7 @@ def test_the_installed_collection_reads_a_copy_of_the_example_inventory_as_the_c
     same = {"BC_API_KEY": key, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
     verdicts = []
     for playbook, cwd, env in ((f"{FQCN}.benchmark_cycle", installed, site_env(installed, **same)),
-                               ("benchmark_cycle.yml", ROOT, site_env(installed, **same, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))):
+                               ("benchmark_cycle.yml", ROOT, dict(site_env(installed, **same), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))):
         run = subprocess.run([str(BIN / "ansible-playbook"), playbook, "-i", str(inv), "--tags", "preflight"], cwd=cwd, env=env,
                              capture_output=True, text=True, timeout=900, check=False)
         out = run.stdout + run.stderr
