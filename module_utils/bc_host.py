@@ -401,6 +401,8 @@ def beat(heartbeat: dict[str, Any] | None, now: float, own_s: float = 0) -> dict
     if not isinstance(for_s, int) or for_s < 1:
         return {"path": path, "written": False, "why": "for_s must be a whole number of seconds >= 1, got %r" % (for_s,)}
     until = math.ceil(now + own_s) + for_s
+    if heartbeat.get("token") and not os.path.isdir(os.path.dirname(path)):
+        return {"path": path, "written": False, "lost": True, "why": "its lock %s is gone" % os.path.dirname(path)}
     if not os.path.isdir(os.path.dirname(path)) or os.path.islink(path):
         return {"path": path, "written": False, "why": "%s is not a directory, or the heartbeat is a link" % os.path.dirname(path)}
     try:
@@ -409,7 +411,8 @@ def beat(heartbeat: dict[str, Any] | None, now: float, own_s: float = 0) -> dict
             holder = lock_holder(path)
             if heartbeat.get("token") and holder != heartbeat["token"]:
                 # only the lock's holder beats: a dead cycle's orphaned poll never keeps another's switch quiet
-                return {"path": path, "written": False, "why": "the lock is held by cycle %s, not this one" % holder}
+                return {"path": path, "written": False, "lost": True,
+                        "why": "the lock %s is held by cycle %s" % (os.path.dirname(path), holder)}
             write_atomic(path, "%d\n" % until, 0o600)
     except (OSError, LockError) as exc:
         return {"path": path, "written": False, "why": str(getattr(exc, "strerror", None) or exc)}
@@ -471,7 +474,11 @@ def fence(module: Any) -> None:
     the cycle that owns the host now (its sweep, its switch, its router)."""
     if module.check_mode:
         return
-    why = lost_lock(module.params.get("heartbeat"))
+    fenced(module, lost_lock(module.params.get("heartbeat")))
+
+
+def fenced(module: Any, why: str) -> None:
+    """Fail the module, fenced, where `why` says its cycle no longer holds the lock ("" : it does)."""
     if why:
         module.fail_json(msg="this cycle (%s) no longer owns the host: %s. Its controller was silent past its promise of a "
                          "next contact (paused or cut off) and another cycle took over: it changes nothing more here"
@@ -484,8 +491,9 @@ def beat_for(module: Any, own_s: float, now: float) -> dict[str, Any] | None:
     controller as dead and brings the service back."""
     if module.check_mode:
         return None
-    fence(module)
     beaten = beat(module.params.get("heartbeat"), now, own_s)
+    # the holder read under the lock's guard, once: a take-over never lands between this check and the step
+    fenced(module, beaten["why"] if beaten and beaten.get("lost") else "")
     if beaten and not beaten["written"]:
         module.warn("the cycle's heartbeat %s was not written (%s): the host's dead-man switch reads this controller as "
                     "dead and brings the service back" % (beaten["path"], beaten["why"]))

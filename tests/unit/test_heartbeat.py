@@ -76,8 +76,11 @@ def test_only_the_locks_holder_beats(tmp_path):
     path = str(tmp_path / "heartbeat")
     stale = beat({"path": path, "for_s": 60, "token": "dead-cycle"}, now=1000)
     assert stale and not stale["written"] and "held by cycle new-cycle" in stale["why"] and beat_until(path) is None
+    assert stale["lost"] is True  # read under the guard: the module fails fenced on it (beat_for), never only warns
+    gone = beat({"path": str(tmp_path / "no-lock" / "heartbeat"), "for_s": 60, "token": "dead-cycle"}, now=1000)
+    assert gone["lost"] is True and "is gone" in gone["why"]
     mine = beat({"path": path, "for_s": 60, "token": "new-cycle"}, now=1000)
-    assert mine and mine["written"] and beat_until(path) == 1060
+    assert mine and mine["written"] and beat_until(path) == 1060 and "lost" not in mine
     (tmp_path / "owner.json").write_text("{broken")
     assert not beat({"path": path, "for_s": 60, "token": "new-cycle"}, now=2000)["written"] and beat_until(path) == 1060
 
