@@ -399,6 +399,14 @@ def release(path: str, token: str, check_mode: bool) -> dict[str, Any]:
     return {"changed": mine, "holder": holder, "released": mine}
 
 
+def renew(path: str, holder: dict[str, Any], p: dict[str, Any], now: float) -> None:
+    """The holder's lock renewed (under its guard, by the caller): heartbeat, lease, and its record merged in."""
+    holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
+    if p["expires_in"]:
+        holder["expires"] = now + p["expires_in"]
+    write_owner(path, holder)
+
+
 def record(module: AnsibleModule, now: float) -> None:
     """A record is its holder's progress, written before the step it records: only the holder writes it, and a record
     never takes a lock. A cycle that lost its lock (taken over while its controller was silent past its promise, or
@@ -408,10 +416,7 @@ def record(module: AnsibleModule, now: float) -> None:
     with Guard(path):
         holder = read_owner(path) if os.path.isdir(path) else {}
         if holder.get("token") == p["token"]:
-            holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
-            if p["expires_in"]:
-                holder["expires"] = now + p["expires_in"]
-            write_owner(path, holder)
+            renew(path, holder, p, now)
             module.exit_json(changed=True, holder=holder, broken=False, heartbeat=heartbeat_file(path))
     module.fail_json(msg="this cycle (%s) no longer holds the lock %s (%s): its record is not written and it changes nothing "
                      "more here; the cycle that holds the lock owns the host" % (
@@ -437,10 +442,7 @@ def present(module: AnsibleModule) -> None:
         holder = read_owner(path)
         mine = holder.get("token") == p["token"]
         if mine:
-            holder.update(heartbeat=now, record=dict(holder.get("record") or {}, **p["record"]))
-            if p["expires_in"]:
-                holder["expires"] = now + p["expires_in"]
-            write_owner(path, holder)
+            renew(path, holder, p, now)
     if mine:
         module.exit_json(changed=bool(p["record"]), holder=holder, broken=False, heartbeat=heartbeat_file(path))
     if take(path, owner):  # released meanwhile
