@@ -268,18 +268,7 @@ def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None
                    need_mib=numbers["need_mib"], error="")
     except ValueError as err:
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}
-    if got["strategy"] == "release_all" and not WHOLE_RELEASE_WIRED:
-        if policy == "release_all":
-            return dict(got, strategy=None, error="bc_stop_policy=release_all: the roles do not run a whole-GPU release "
-                        "yet (#47: the drain's release and the resume's identity check are to be wired)")
-        return dict(got, strategy="stop", why="%s; but the roles do not run a whole-GPU release yet (#47), so the "
-                    "service is stopped" % got["why"])
     return got
-
-
-# the roles (service_drain release.yml, service_start resume.yml) do not yet take the whole release's tags nor prove
-# identity after its resume (#47 step f): until they do, a release_all decision is carried out as a stop
-WHOLE_RELEASE_WIRED = False
 
 
 def bring_back(state: dict[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,44 @@ options:
       - 0 checks nothing (no release was measured).
     type: int
     default: 0
+  tags:
+    description:
+      - What the release and the resume take (SGLang's C(kv_cache), C(weights), C(cuda_graph)); omitted, the KV cache
+        alone (the profile's release). Another set only where the engine has a whole release that knows each tag
+        (M(inference_memory_info)'s RV(inference_memory_info#module:whole.tags)).
+    type: list
+    elements: str
+  move_timeout:
+    description:
+      - Seconds the release and the resume may each take when they copy the weights to host memory and back
+        (RV(inference_memory_info#module:whole.timeout_s)), and the weights checksum; at least O(timeout).
+    type: float
+    default: 0
+  identity:
+    description:
+      - Prove the server that resumes is the one released (a whole release). With O(state=released), its weights'
+        checksum per rank, a fixed prompt's top-k logprobs and the answer to O(prompt) are read before the pause
+        (RV(identity_before)); any of them unreadable and nothing is released (RV(fell_back), and the caller stops it).
+      - With O(state=resumed), the same are read after the resume and compared with O(identity_before)
+        (module_utils/bc_identity.py); a mismatch or an unknown fails with RV(server_state=unknown), and the caller
+        restarts it (a real reload), never back in the router on faith.
+    type: bool
+    default: false
+  identity_before:
+    description: With O(state=resumed) and O(identity), the release's RV(identity_before).
+    type: dict
+  prompt:
+    description: With O(identity), the known-answer prompt (the readiness's).
+    type: str
+    default: 2+2=
+  expect:
+    description: With O(identity), the known answer; empty, the answer the server gave before the release.
+    type: str
+    default: ""
+  model:
+    description: With O(identity), the served model name; omitted when empty.
+    type: str
+    default: ""
   gpu_wait_s: {description: Seconds to wait for the freed memory to show in nvidia-smi., type: float, default: 10}
   idle_wait_s: {description: Seconds to wait for the scheduler to be idle after the pause., type: float, default: 10}
   command_timeout: {description: Seconds each nvidia-smi call may take., type: float, default: 30}
@@ -143,6 +181,18 @@ gpu_checked:
   returned: state=released, except in check mode
   type: bool
   sample: true
+identity_before:
+  description: With O(identity), what the server answered before the release (checksum, fingerprint, answer).
+  returned: state=released with O(identity), except in check mode
+  type: dict
+  sample: {checksum: {success: true, ranks: []}, fingerprint: {choices: []}, answer: "4"}
+identity:
+  description:
+    - With O(state=resumed) and O(identity), the verdict (C(ok), C(mismatch), C(unknown)), why, each check, the
+      tolerance, and the per-rank checksums before and after; also on failure.
+  returned: state=resumed with O(identity), except in check mode
+  type: dict
+  sample: {verdict: ok, why: "", checks: {checksum: true, fingerprint: true, answer: true}, tolerance: 0.02}
 steps:
   description:
     - Each HTTP step (pause, release, resume, continue) with its path, status, milliseconds and error; empty in check mode.
@@ -174,7 +224,15 @@ from ansible.module_utils.bc_host import (
     redact,
 )
 from ansible.module_utils.bc_host import gpus as host_gpus
-from ansible.module_utils.bc_release import SERVER_SPEC, Release, ReleaseError, server_keys, server_problem
+from ansible.module_utils.bc_identity import identity, rank_checksums
+from ansible.module_utils.bc_release import (
+    SERVER_SPEC,
+    Release,
+    ReleaseError,
+    identity_figures,
+    server_keys,
+    server_problem,
+)
 
 
 def free_mib(module: AnsibleModule, smi: str | None) -> int | None:
@@ -196,6 +254,15 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
         before = free_mib(module, smi)
     except CommandError as err:
         raise ReleaseError("before the release: %s; nothing was released" % err, "serving") from None
+    proof = figures(module, rel) if p["identity"] else None
+    missing = [k for k, v in (proof or {}).items() if v is None]
+    if missing:  # what comes back could not be proven the same: never released, a stop instead
+        why = ("the server's %s could not be read before the release, so what a resume gives back could not be proven "
+               "the same: nothing was released; the service is stopped instead" % " and ".join(missing))
+        module.warn(why)
+        return {"released": False, "fell_back": True, "server_state": "serving", "need_mib": p["need_mib"],
+                "free_mib_before": before, "free_mib_after": before, "freed_mib": 0, "gpu_checked": smi is not None,
+                "why": why, "identity_before": proof}
     rel.release(p["idle_wait_s"])
     try:
         after, deadline = free_mib(module, smi), time.monotonic() + p["gpu_wait_s"]
@@ -209,6 +276,8 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
     out = {"released": enough, "fell_back": not enough, "server_state": "released" if enough else "serving",
            "need_mib": p["need_mib"], "free_mib_before": before, "free_mib_after": after, "gpu_checked": smi is not None,
            "freed_mib": None if after is None or before is None else after - before}
+    if proof is not None:
+        out["identity_before"] = proof
     if not enough:
         rel.resume()  # too little freed: back to serving now, and the caller stops it instead
         out["why"] = ("the release freed %s MiB on GPU %d and %d MiB are needed (%d free): resumed; the service is "
@@ -248,12 +317,39 @@ def resumed(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, A
     return out
 
 
+def figures(module: AnsibleModule, rel: Release) -> dict[str, Any]:
+    p = module.params
+    return identity_figures(rel.http, rel.prof, p["model"], p["prompt"], p["timeout"], rel.move_timeout)
+
+
+def proven(module: AnsibleModule, rel: Release, out: dict[str, Any]) -> dict[str, Any]:
+    """The resumed server's identity against the release's (bc_identity): ok, or a ReleaseError that leaves it
+    `unknown` (the caller restarts it) carrying the verdict."""
+    p = module.params
+    before, after = p["identity_before"] or {}, figures(module, rel)
+    verdict = identity(before, after, p["expect"] or (before.get("answer") if isinstance(before.get("answer"), str) else ""))
+    verdict["checksums"] = {"before": rank_checksums(before.get("checksum")), "after": rank_checksums(after.get("checksum"))}
+    out["identity"] = verdict
+    if verdict["verdict"] != "ok":
+        raise ReleaseError("the resumed server cannot be proven the one released (%s: %s): it is restarted, and the "
+                           "router takes it back only once it answers correctly" % (verdict["verdict"], verdict["why"]),
+                           "unknown", {"identity": verdict})
+    return out
+
+
 SPEC: dict[str, Any] = {
     **SERVER_SPEC,
     "state": {"type": "str", "required": True, "choices": ["released", "resumed"]},
     "need_mib": {"type": "int", "default": 0},
     "device": {"type": "int", "default": 0},
     "expect_mib": {"type": "int", "default": 0},
+    "tags": {"type": "list", "elements": "str"},
+    "move_timeout": {"type": "float", "default": 0},
+    "identity": {"type": "bool", "default": False},
+    "identity_before": {"type": "dict"},
+    "prompt": {"type": "str", "default": "2+2="},
+    "expect": {"type": "str", "default": ""},
+    "model": {"type": "str", "default": ""},
     "gpu_wait_s": {"type": "float", "default": 10},
     "idle_wait_s": {"type": "float", "default": 10},
     "command_timeout": {"type": "float", "default": 30},
@@ -265,6 +361,10 @@ def checked(p: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The engine's profile and its version note, once every parameter is sound (a ValueError naming it)."""
     for key in ("timeout", "command_timeout"):
         check_timeout(p[key], key, 3600)
+    if p["move_timeout"] < 0 or p["move_timeout"] > 7200:
+        raise ValueError("move_timeout must be 0-7200 seconds, got %r" % p["move_timeout"])
+    if p["identity"] and p["state"] == "resumed" and not p["identity_before"]:
+        raise ValueError("identity_before is required with identity and state=resumed: the release's identity_before")
     for key in ("gpu_wait_s", "idle_wait_s"):
         if p[key] < 0 or p[key] > 3600:
             raise ValueError("%s must be 0-3600 seconds, got %r" % (key, p[key]))
@@ -285,7 +385,10 @@ def main() -> None:
         module.warn(note)
     # a release or resume, its fall-back included (free memory, pause, the idle wait and its last probe, release, free
     # memory and the GPU wait, resume, continue): five HTTP calls, the two waits and three commands at most
-    beat_for(module, 5 * p["timeout"] + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"], time.time())
+    # (a whole release: the release or the resume copies the weights, and identity reads a checksum and two completions)
+    moves = max(p["timeout"], p["move_timeout"])
+    beat_for(module, 3 * p["timeout"] + 2 * moves + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"]
+             + (moves + 2 * p["timeout"] if p["identity"] else 0), time.time())
     base = p["url"].rstrip("/")
 
     def http(method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> HttpResult:
@@ -300,7 +403,7 @@ def main() -> None:
                          released=p["state"] == "released", fell_back=False,
                          msg="check mode: would %s %s" % ("release" if p["state"] == "released" else "resume", base))
     try:
-        rel = Release(prof, p["engine"], http, p["timeout"])
+        rel = Release(prof, p["engine"], http, p["timeout"], tags=p["tags"], move_timeout=p["move_timeout"])
     except ReleaseError as err:
         module.fail_json(msg="%s: %s" % (base, err), server_state=err.state, steps=[])
     try:
@@ -308,9 +411,11 @@ def main() -> None:
             result = released(module, rel, module.get_bin_path("nvidia-smi"))
         else:
             result = resumed(module, rel, module.get_bin_path("nvidia-smi"))
+            if p["identity"]:
+                result = proven(module, rel, result)
     except ReleaseError as err:
         module.fail_json(msg="%s: %s" % (base, redact(str(err), server_keys(p))), server_state=err.state,
-                         steps=rel.steps)
+                         steps=rel.steps, **err.extra)
     module.exit_json(changed=True, steps=rel.steps, **result)
 
 

@@ -17,17 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.bc_engines import ENGINES, version_key
-from ansible.module_utils.bc_health import HttpResult, in_flight, server_message
+from ansible.module_utils.bc_health import HttpResult, completion_answer, in_flight, server_message
 from ansible.module_utils.bc_host import flag_on, flag_value, loopback
+from ansible.module_utils.bc_identity import FINGERPRINT
 
 
 class ReleaseError(Exception):
     """A step failed; `state` says what the server is left as: `serving` (nothing released, not
     paused), `released` (released and paused: resume it), or `unknown` (restart it)."""
 
-    def __init__(self, msg: str, state: str) -> None:
+    def __init__(self, msg: str, state: str, extra: dict[str, Any] | None = None) -> None:
         super().__init__(msg)
-        self.state = state
+        self.state, self.extra = state, extra or {}
 
 
 def json_values(data: Any, dotted: str) -> list[float]:
@@ -242,6 +243,38 @@ def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ:
 
 
 Http = Callable[[str, str, "dict[str, Any] | None", float], HttpResult]
+
+
+def parsed(answer: HttpResult) -> Any:
+    """The JSON of a 200 answer; None for any other answer or a body that is not JSON."""
+    if answer.status != 200:
+        return None
+    try:
+        return json.loads(answer.body or "null")
+    except ValueError:
+        return None
+
+
+def identity_figures(http: Http, prof: dict[str, Any], model: str, prompt: str, timeout: float,
+                     checker_timeout: float) -> dict[str, Any]:
+    """What the server's identity is proven by (bc_identity.identity), read from the live server: its weights'
+    checksum per rank (the profile's whole-release checker, given `checker_timeout`: it hashes every weight), the
+    fixed prompt's top-k logprobs, and the greedy answer to `prompt` (the readiness's known-answer prompt). Each is
+    None when it did not answer 200 with what it should: an unknown, which restarts rather than trusts."""
+    checker = ((prof.get("release") or {}).get("whole") or {}).get("checker") or {}
+    named = {"model": model} if model else {}
+    out: dict[str, Any] = {"checksum": None, "fingerprint": None, "answer": None}
+    if checker:  # per rank only: a rank's answer also hashes every parameter by name (thousands on a large model)
+        got = parsed(http("POST", checker["path"], dict(checker["payload"]), checker_timeout))
+        out["checksum"] = {"success": got.get("success"), "ranks": [
+            {k: r.get(k) for k in ("per_gpu_checksum", "parallelism_info")} if isinstance(r, dict) else r
+            for r in got.get("ranks") or []] if isinstance(got.get("ranks"), list) else got.get("ranks")
+        } if isinstance(got, dict) else got
+    out["fingerprint"] = parsed(http("POST", prof["completion_path"], dict(FINGERPRINT, **named), timeout))
+    answer = http("POST", prof["completion_path"],
+                  dict(named, prompt=prompt, max_tokens=FINGERPRINT["max_tokens"], temperature=0), timeout)
+    out["answer"] = completion_answer(answer.body)[0] if answer.status == 200 else None
+    return out
 
 
 class Release:

@@ -8,7 +8,9 @@
 # SCENARIO: cycle (provision, cycle with a client, bad-flag fault) | faults (provision, server killed
 # during its reload, drain deadline) | all | release (the memory saver on and the KV cache at 0.92 of
 # the GPU, as on the real site: auto releases in place; then the same cycle with a stop; then the
-# saver off; downtime of each and the throughput with the saver on and off). Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
+# saver off; downtime of each and the throughput with the saver on and off) | whole (the saver and the weights'
+# CPU backup on, a site polling: three release_all cycles in a row, then the backup off: the preflight's refusal
+# and a deliberate corruption, a resume without the backup, caught by identity). Everything lands in $OUT/e2e.tar.gz and $OUT/summary.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/e2e-out}; W=/tmp/e2e; ARCHIVE=e2e.tar.gz
 SCENARIO=${SCENARIO:-cycle}
@@ -62,7 +64,12 @@ print(json.dumps({"bc_stop_policy": sys.argv[1], "bc_lb_remove": {"argv": ["/tmp
 PY
 }
 mkdir -p /tmp/bc-textfile
-if [ "$SCENARIO" = release ] || [ "$SCENARIO" = site ] || [ "$SCENARIO" = owner ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
+whole_site() {  # $1: policy, $2: the weights' CPU backup on|off; the saver on, a smaller sweep (one command's time)
+  site "$1" on | python3 -c 'import json,sys; d=json.load(sys.stdin); d["bc_engine_settings"]["enable_weights_cpu_backup"] = sys.argv[1] == "on"; d.update(bc_sweep_batch_sizes=[1, 16, 256], bc_sweep_iters=5); print(json.dumps(d))' "$2"
+}
+if [ "$SCENARIO" = whole ]; then
+  play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(whole_site always on)"
+elif [ "$SCENARIO" = release ] || [ "$SCENARIO" = site ] || [ "$SCENARIO" = owner ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
   play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(site always on)"
 else
   play provision playbooks/gpu_provision.yml -i inventory/gpu
@@ -247,6 +254,62 @@ if [ "$SCENARIO" = owner ]; then
   log "router: $(awk '{print $1}' "$ROUTER" | tr '\n' ' ')"
   log "systemctl --failed: [$(sd systemctl --failed --no-legend --plain | tr '\n' ';')]"
   journal owner
+fi
+if [ "$SCENARIO" = whole ]; then
+  # #47: the whole GPU released in place, three cycles in a row with a site polling (a load balancer's health check
+  # every 2 s, a stray completion every 3 s, a scrape every 5 s), the GPU's memory sampled every 0.5 s
+  ROUTER="$W/router.txt"; printf '#!/bin/sh\necho "$1 $(date +%%s.%%N)" >> %s\n' "$ROUTER" > /tmp/lb-hook; chmod +x /tmp/lb-hook
+  unit_state() { sd systemctl show -p ActiveState -p NRestarts -p InvocationID $UNIT | tr '\n' ' '; }
+  gpu_sampler() { while [ ! -f "$W/stop-gpu" ]; do echo "$(date +%s.%N) $(nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits | tr -d ' ' | tr '\n' ' ')" >> "$W/gpu-mem.txt"; sleep 0.5; done; }
+  python3 lab/site_sim.py --url http://127.0.0.1:30001 --health-every 2 --request-every 3 --scrape-every 5 \
+    --timeout 120 --log "$W/site.jsonl" > "$W/site-sim.log" 2>&1 & SIM=$!
+  gpu_sampler & GS=$!
+  whole_site release_all on > "$W/whole.json"
+  log "server_info: $(curl -s -m 10 http://127.0.0.1:30001/server_info | python3 -c 'import json,sys; d=json.load(sys.stdin); print("version=%s saver=%s backup=%s memory_usage=%s" % (d.get("version"), d.get("enable_memory_saver"), d.get("enable_weights_cpu_backup"), [s.get("memory_usage") for s in d["internal_states"]]))')"
+  for i in 1 2 3; do
+    BEFORE=$(unit_state); : > "$ROUTER"; T=$(date +%s.%N)
+    sampler "whole$i" & SP=$!
+    play "whole$i" benchmark_cycle.yml -i inventory/gpu -e @"$W/whole.json"
+    touch "$W/stop-whole$i"; wait $SP
+    python3 - "$W" "whole$i" "$T" <<'PY' | tee -a "$W/summary.txt"
+import json, re, sys
+w, name, t0 = sys.argv[1], sys.argv[2], float(sys.argv[3])
+log = open("%s/%s.log" % (w, name)).read()
+rows = [l.split() for l in open(w + "/gpu-mem.txt") if float(l.split()[0]) >= t0]
+frees = [100.0 * (int(tot) - int(used)) / int(tot) for r in rows for g in r[1:] for _i, used, tot in [g.split(",")]]
+marks = [l.split() for l in open(w + "/router.txt") if l.strip()]
+out = [float(t) for a, t in marks if a == "remove"]; back = [float(t) for a, t in marks if a == "restore"]
+samples = [(float(t), c) for t, c in (l.split() for l in open("%s/samples-%s.txt" % (w, name)) if l.strip())]
+down = sum(n[0] - t for (t, c), n in zip(samples, samples[1:]) if c != "200")
+steps = re.findall(r'"step": "(release|resume)", "path": "[^"]+", "http_status": (\d+|null), "ms": ([0-9.]+)', log)
+ident = re.findall(r'"verdict": "(ok|mismatch|unknown)"', log)
+sums = re.findall(r'"per_gpu_checksum": "([0-9a-f]{12})', log)
+print("%s: strategy %s; GPU free while released max %.1f %% (min used %s MiB); release/resume ms %s; router out -> back %s s; "
+      "not answering %.1f s of %d samples; identity %s; checksums %s" % (
+      name, (re.findall(r'its whole GPU released in place|KV cache released in place|drained and stopped', log) or ["?"])[0],
+      max(frees or [0]), min((int(g.split(",")[1]) for r in rows for g in r[1:]), default=-1),
+      ["%s %s %s" % s for s in steps[:2]], "%.1f" % (back[-1] - out[-1]) if out and back else "n/a", down, len(samples),
+      sorted(set(ident)), sorted(set(sums))))
+PY
+    log "whole$i: before: $BEFORE; after: $(unit_state); $(serving)"
+    grep -E -A8 '^fatal:|FAILED!' "$W/whole$i.log" | cut -c1-600 | head -30 >> "$W/summary.txt"
+    journal "whole$i"
+  done
+  log "router: $(awk '{print $1}' "$ROUTER" | tr '\n' ' ')"
+  if [ "${WHOLE_CORRUPT:-1}" = 1 ]; then
+    # the backup off: a stop cycle applies it; the preflight then refuses release_all naming the missing piece
+    whole_site always off > "$W/nobackup.json"; play nobackup benchmark_cycle.yml -i inventory/gpu -e @"$W/nobackup.json"
+    whole_site release_all off > "$W/refused.json"; play refused benchmark_cycle.yml -i inventory/gpu -e @"$W/refused.json"
+    log "refused: $(grep -oE 'the whole GPU cannot be released: [^.]*' "$W/refused.log" | head -1 | cut -c1-300)"
+    log "refused: after: $(unit_state); $(serving)"
+    play corrupt tests/gpu/whole_corrupt.yml -i inventory/gpu
+    log "corrupt: $(grep -oE 'CORRUPT-VERDICT .*' "$W/corrupt.log" | head -1 | cut -c1-900)"
+    log "corrupt: after the resume without a backup: $(serving)"
+    sd systemctl restart $UNIT; wait_serving 240; log "corrupt: after a restart: $(serving)"
+  fi
+  touch "$W/stop-gpu"; wait $GS; kill $SIM; wait $SIM 2>/dev/null
+  log "site saw: $(python3 lab/site_sim.py --summary "$W/site.jsonl")"
+  log "systemctl --failed: [$(sd systemctl --failed --no-legend --plain | tr '\n' ';')]"
 fi
 if [ "${OPERATOR_RESTARTS:-0}" -gt 0 ]; then
   # #44: after the cycles' own starts (and any switch restart), an operator's plain stop and start must still work:

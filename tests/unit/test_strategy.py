@@ -89,13 +89,13 @@ def test_the_worst_case_holds_the_whole_releases_copy_both_ways():
     assert budget(dict(n, release=False, release_move_s=621))["phases"]["release"] == 0
 
 
-def test_until_the_roles_run_it_a_whole_release_is_carried_out_as_a_stop_and_never_said_done():
+def test_the_filter_hands_the_roles_a_whole_release_with_its_tags_and_deadline():
     from bc_filters import strategy
 
     got = strategy("auto", dict(FULL, need_mib=40000), KV)
-    assert got["strategy"] == "stop" and "the roles do not run a whole-GPU release yet" in got["why"]
-    got = strategy("release_all", dict(FULL, need_mib=1), KV)
-    assert got["strategy"] is None and "bc_stop_policy=release_all" in got["error"]
+    assert got["strategy"] == "release_all" and got["tags"] and got["error"] == ""
+    assert "weights" in got["tags"] and got["move_timeout_s"] == KV["whole"]["timeout_s"]
+    assert strategy("release_all", dict(FULL, need_mib=1), KV)["strategy"] == "release_all"
     assert strategy("auto", dict(FULL, need_mib=9900), KV)["strategy"] == "release"
 
 

@@ -437,6 +437,9 @@ class Handler(BaseHTTPRequestHandler):
                 crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 238, in resume_memory_occupation',
                        "    self.offload_tags.remove(tag)", "KeyError: %r" % tag])
             STATE["released"].discard(tag)
+        if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "corrupt" and "weights" in (req.get("tags") or ALL_TAGS):
+            # the weights come back wrong with HTTP 200 throughout (torch_memory_saver#71): only identity can tell
+            STATE["lost"].add("weights")
         write_gpu_state(bool(self.args.enable_memory_saver))
         self.reply(200, b"null")  # FastAPI's None
 
