@@ -74,10 +74,6 @@ options:
     description: With O(identity), the known-answer prompt (the readiness's).
     type: str
     default: 2+2=
-  expect:
-    description: With O(identity), the known answer; empty, the answer the server gave before the release.
-    type: str
-    default: ""
   model:
     description: With O(identity), the served model name; omitted when empty.
     type: str
@@ -224,7 +220,7 @@ from ansible.module_utils.bc_host import (
     redact,
 )
 from ansible.module_utils.bc_host import gpus as host_gpus
-from ansible.module_utils.bc_identity import identity, rank_checksums
+from ansible.module_utils.bc_identity import fingerprint, identity, rank_checksums
 from ansible.module_utils.bc_release import (
     SERVER_SPEC,
     Release,
@@ -255,7 +251,9 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
     except CommandError as err:
         raise ReleaseError("before the release: %s; nothing was released" % err, "serving") from None
     proof = figures(module, rel) if p["identity"] else None
-    missing = [k for k, v in (proof or {}).items() if v is None]
+    readable = {"checksum": rank_checksums(proof["checksum"]) is not None, "answer": isinstance(proof["answer"], str),
+                "fingerprint": fingerprint(proof["fingerprint"]) is not None} if proof else {}
+    missing = [k for k, ok in readable.items() if not ok]
     if missing:  # what comes back could not be proven the same: never released, a stop instead
         why = ("the server's %s could not be read before the release, so what a resume gives back could not be proven "
                "the same: nothing was released; the service is stopped instead" % " and ".join(missing))
@@ -327,7 +325,8 @@ def proven(module: AnsibleModule, rel: Release, out: dict[str, Any]) -> dict[str
     `unknown` (the caller restarts it) carrying the verdict."""
     p = module.params
     before, after = p["identity_before"] or {}, figures(module, rel)
-    verdict = identity(before, after, p["expect"] or (before.get("answer") if isinstance(before.get("answer"), str) else ""))
+    # the greedy answer must be the very text it was (the readiness then checks it holds the known answer)
+    verdict = identity(before, after, before.get("answer") if isinstance(before.get("answer"), str) else "")
     verdict["checksums"] = {"before": rank_checksums(before.get("checksum")), "after": rank_checksums(after.get("checksum"))}
     out["identity"] = verdict
     if verdict["verdict"] != "ok":
@@ -348,7 +347,6 @@ SPEC: dict[str, Any] = {
     "identity": {"type": "bool", "default": False},
     "identity_before": {"type": "dict"},
     "prompt": {"type": "str", "default": "2+2="},
-    "expect": {"type": "str", "default": ""},
     "model": {"type": "str", "default": ""},
     "gpu_wait_s": {"type": "float", "default": 10},
     "idle_wait_s": {"type": "float", "default": 10},

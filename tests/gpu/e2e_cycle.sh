@@ -271,25 +271,31 @@ if [ "$SCENARIO" = whole ]; then
     sampler "whole$i" & SP=$!
     play "whole$i" benchmark_cycle.yml -i inventory/gpu -e @"$W/whole.json"
     touch "$W/stop-whole$i"; wait $SP
-    python3 - "$W" "whole$i" "$T" <<'PY' | tee -a "$W/summary.txt"
-import json, re, sys
+    PYTHONPATH=/tmp/ansible-site python3 - "$W" "whole$i" "$T" <<'PY' | tee -a "$W/summary.txt"
+import json, re, sys, yaml
 w, name, t0 = sys.argv[1], sys.argv[2], float(sys.argv[3])
-log = open("%s/%s.log" % (w, name)).read()
+text = open("%s/%s.log" % (w, name)).read()
+block = text.split("TASK [cycle : Summarise the cycle]", 1)[-1].split("ok: [h200] =>", 1)[-1].split("\nTASK ", 1)[0]
+try:
+    summ = (yaml.safe_load(block) or {}).get("msg") or {}
+except yaml.YAMLError:
+    summ = {}
+rel = (summ.get("drain") or {}).get("release") or {}
+ident = summ.get("identity") or {}
 rows = [l.split() for l in open(w + "/gpu-mem.txt") if float(l.split()[0]) >= t0]
-frees = [100.0 * (int(tot) - int(used)) / int(tot) for r in rows for g in r[1:] for _i, used, tot in [g.split(",")]]
+total = max((int(g.split(",")[2]) for r in rows for g in r[1:]), default=0)
 marks = [l.split() for l in open(w + "/router.txt") if l.strip()]
 out = [float(t) for a, t in marks if a == "remove"]; back = [float(t) for a, t in marks if a == "restore"]
 samples = [(float(t), c) for t, c in (l.split() for l in open("%s/samples-%s.txt" % (w, name)) if l.strip())]
 down = sum(n[0] - t for (t, c), n in zip(samples, samples[1:]) if c != "200")
-steps = re.findall(r'"step": "(release|resume)", "path": "[^"]+", "http_status": (\d+|null), "ms": ([0-9.]+)', log)
-ident = re.findall(r'"verdict": "(ok|mismatch|unknown)"', log)
-sums = re.findall(r'"per_gpu_checksum": "([0-9a-f]{12})', log)
-print("%s: strategy %s; GPU free while released max %.1f %% (min used %s MiB); release/resume ms %s; router out -> back %s s; "
-      "not answering %.1f s of %d samples; identity %s; checksums %s" % (
-      name, (re.findall(r'its whole GPU released in place|KV cache released in place|drained and stopped', log) or ["?"])[0],
-      max(frees or [0]), min((int(g.split(",")[1]) for r in rows for g in r[1:]), default=-1),
-      ["%s %s %s" % s for s in steps[:2]], "%.1f" % (back[-1] - out[-1]) if out and back else "n/a", down, len(samples),
-      sorted(set(ident)), sorted(set(sums))))
+free = rel.get("free_mib_after")
+print("%s: %s; tags %s; free after the release %s of %s MiB (%s %%), freed %s MiB; steps %s; router out -> back %s s; "
+      "not answering %.1f s of %d samples; sweep %s s; identity %s %s checks %s checksums %s" % (
+      name, summ.get("strategy"), rel.get("tags"), free, total, "%.1f" % (100.0 * free / total) if free and total else "n/a",
+      rel.get("freed_mib"), ["%s %s %sms" % (s.get("step"), s.get("http_status"), s.get("ms")) for s in rel.get("steps") or []],
+      "%.1f" % (back[-1] - out[-1]) if out and back else "n/a", down, len(samples),
+      re.findall(r"sweep: ([0-9.]+)", json.dumps(summ))[:1], ident.get("verdict"), ident.get("why"), ident.get("checks"),
+      {k: {r: c[:12] for r, c in (v or {}).items()} for k, v in (ident.get("checksums") or {}).items()}))
 PY
     log "whole$i: before: $BEFORE; after: $(unit_state); $(serving)"
     grep -E -A8 '^fatal:|FAILED!' "$W/whole$i.log" | cut -c1-600 | head -30 >> "$W/summary.txt"
@@ -304,9 +310,10 @@ PY
     log "refused: after: $(unit_state); $(serving)"
     play corrupt tests/gpu/whole_corrupt.yml -i inventory/gpu
     log "corrupt: $(grep -oE 'CORRUPT-VERDICT .*' "$W/corrupt.log" | head -1 | cut -c1-900)"
-    log "corrupt: after the resume without a backup: $(serving)"
+    log "corrupt: after the resume without a backup: $(serving | tr -d '\000' | cat -v)"
     sd systemctl restart $UNIT; wait_serving 240; log "corrupt: after a restart: $(serving)"
   fi
+  cp -r /tmp/bc-results "$W/results" 2>/dev/null
   touch "$W/stop-gpu"; wait $GS; kill $SIM; wait $SIM 2>/dev/null
   log "site saw: $(python3 lab/site_sim.py --summary "$W/site.jsonl")"
   log "systemctl --failed: [$(sd systemctl --failed --no-legend --plain | tr '\n' ';')]"

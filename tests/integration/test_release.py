@@ -44,11 +44,12 @@ UNIT = "sglang-double"
 GPU = "81559,63059,18000"
 
 
-def settings(**env_changes: str) -> dict:
+def settings(engine_settings: dict | None = None, **env_changes: str) -> dict:
     extra = dict(DOUBLE, bc_engine_version="0.5.16", bc_stop_policy="auto")
-    extra["bc_engine_settings"] = dict(DOUBLE["bc_engine_settings"], enable_memory_saver=True)
+    extra["bc_engine_settings"] = dict(DOUBLE["bc_engine_settings"], enable_memory_saver=True, **(engine_settings or {}))
     extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_SGLANG_VERSION="0.5.16", BC_DOUBLE_GPU=GPU,
-                                  BC_DOUBLE_LOAD_S="0.5", BC_DOUBLE_WARMUP_S="0.5", **env_changes)
+                                  BC_DOUBLE_LOAD_S="0.5", BC_DOUBLE_WARMUP_S="0.5")
+    extra["bc_engine_env"].update(env_changes)
     return extra
 
 
@@ -72,8 +73,8 @@ def released_lab(lab):
     sh("rm -rf /run/lock/benchmark-cycle-* /run/bc-double")
     install_gpu_double()
 
-    def install(**env_changes: str) -> dict:
-        extra = settings(**env_changes)
+    def install(engine_settings: dict | None = None, **env_changes: str) -> dict:
+        extra = settings(engine_settings, **env_changes)
         run = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_stop_policy="always"))
         assert run.rc == 0, run.out[-3000:]
         return extra
@@ -104,6 +105,46 @@ def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab
                 "free) and a 10 min request still running at a forced drain", did="auto chose release; the pause aborted the "
                 "request; KV cache released (18000 MiB), swept, resumed; same MainPID; router back", service_after="active, "
                 "answers 4, same PID", data_kept="full results", detect_s=None, run_s=run.seconds)
+
+
+@pytest.mark.path("release_all.resumed",
+                  real="the weights and the KV cache released and resumed in place, identity read on the live server")
+def test_the_whole_gpu_is_released_in_place_proven_the_same_and_a_corrupt_resume_restarted(released_lab, reliability):
+    """bc_stop_policy=release_all on a server started with the weights' CPU backup: the drain reads its identity,
+    releases its weights and KV cache (the nvidia-smi double shows both freed), the sweep runs, the resume proves it
+    the same server, and it serves with no restart. Then the weights come back wrong on a resume, HTTP 200 throughout
+    (the double's corrupt-resume: torch_memory_saver#71): the proof catches it, the server is restarted, and the
+    router takes the host back only once it answers correctly."""
+    # the GPU as the double holds it: 22500 MiB, weights 4000 + KV cache 18000 + context 500 (the pinned copy of 4000
+    # MiB fits a lab host's memory)
+    extra = with_router(released_lab({"enable_weights_cpu_backup": True}, BC_DOUBLE_GPU="22500,4000,18000"))
+    extra["bc_stop_policy"] = "release_all"
+    before, full = main_pid(), used_mib()
+    run = playbook("benchmark_cycle.yml", extra_vars=extra)
+    assert run.rc == 0, run.out[-4000:]
+    out = " ".join(run.out.split())
+    assert "its whole GPU released in place (weights copied to host memory; no restart)" in out, out[-3000:]
+    assert "freed_mib: 22000" in out and "- weights" in run.out, out[-3000:]  # measured: the weights and the KV cache
+    assert "verdict: ok" in out and "checksum: true" in out and "fingerprint: true" in out, out[-3000:]
+    assert main_pid() == before and used_mib() == full and '"text": "4"' in answer()
+    assert router() == ["remove", "restore"]
+    # the weights come back wrong on the next resume
+    sh("touch /run/bc-double/corrupt-resume")
+    try:
+        bad = playbook("benchmark_cycle.yml", extra_vars=extra)
+    finally:
+        sh("rm -f /run/bc-double/corrupt-resume")
+    out = " ".join(bad.out.split())
+    assert bad.rc != 0 and "the resumed server cannot be proven the one released (mismatch" in out, out[-3000:]
+    assert "the service was started again and answers correctly" in out, out[-3000:]
+    assert main_pid() != before and '"text": "4"' in answer()
+    assert router() == ["remove", "restore", "remove", "restore"]
+    reliability(fault="the weights come back wrong after a whole-GPU resume", injected="bc_stop_policy=release_all; then "
+                "a resume whose weights come back garbage with HTTP 200 (the double's corrupt-resume)",
+                did="first cycle: identity read, weights + KV cache released (22000 MiB), swept, resumed, proven the same, "
+                "same PID; second: the proof's mismatch (checksum, fingerprint, answer) restarted it, router back once it "
+                "answered", service_after="active, answers 4 (restarted)", data_kept="full results", detect_s=None,
+                run_s=run.seconds + bad.seconds)
 
 
 @pytest.mark.path("release.resumed",

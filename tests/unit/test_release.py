@@ -22,6 +22,7 @@ from ansible.module_utils.bc_release import (
     ReleaseError,
     env_true,
     host_gpus,
+    identity_figures,
     json_values,
     meminfo_available_mib,
     server_problem,
@@ -439,11 +440,9 @@ def test_the_release_sends_the_whole_tags_with_the_copys_deadline_and_refuses_un
 
 
 def looks(s: Server) -> dict:
-    """What identity reads of a server: its weights' checksum, the fixed prompt's fingerprint, the known answer."""
-    check = s.http("POST", "/weights_checker", {"action": "checksum"}, 10)
-    fpr = s.http("POST", "/v1/completions", dict(FINGERPRINT, model="kimi-k2.6"), 10)
-    return {"checksum": json.loads(check.body) if check.status == 200 else None,
-            "fingerprint": json.loads(fpr.body) if fpr.status == 200 else None, "answer": completion(s)["choices"][0]["text"]}
+    """What identity reads of a server (the product's own reading): its weights' checksum, the fixed prompt's
+    fingerprint, the known prompt's greedy answer."""
+    return identity_figures(s.http, PROF, "kimi-k2.6", "2+2=", 10, 30)
 
 
 @pytest.mark.parametrize(("extra", "env", "tags", "verdict"), [
@@ -465,7 +464,7 @@ def test_a_whole_release_comes_back_identical_only_with_what_backs_it_up(server,
     rel.release()
     assert used - s.used_mib() == 60000 + 18000  # the weights and the KV cache are off the GPU
     rel.resume()
-    got = identity(before, looks(s), "4")
+    got = identity(before, looks(s), before["answer"])
     assert got["verdict"] == verdict, got
     assert s.alive() and s.used_mib() == used
 
@@ -480,3 +479,37 @@ def test_the_doubles_checker_and_info_have_the_releases_shapes(server):
     assert json.loads(s.http("POST", "/weights_checker", {"action": "snapshot"}, 5).body) == {"success": True, "message": "Success."}
     old = server(version="0.5.10")
     assert "ranks" not in json.loads(old.http("POST", "/weights_checker", {"action": "checksum"}, 5).body)
+
+
+WHOLE_ARGS = {"tags": ["kv_cache", "weights"], "identity": True, "move_timeout": 30, "model": "kimi-k2.6"}
+
+
+@pytest.mark.parametrize(("corrupt", "state", "verdict"), [
+    (False, "serving", "ok"),
+    # the weights come back wrong with HTTP 200 throughout (torch_memory_saver#71): only the proof tells
+    (True, "unknown", "mismatch"),
+])
+def test_the_module_proves_the_resumed_server_is_the_one_released(server, smi_path, corrupt, state, verdict):
+    s = server(extra=("--enable-weights-cpu-backup",))
+    r = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="released", need_mib=78000))
+    assert r["released"] and r["freed_mib"] == 78000, r  # the weights and the KV cache
+    assert len(r["identity_before"]["checksum"]["ranks"]) == 1 and r["identity_before"]["answer"] == "4"
+    assert set(r["identity_before"]["checksum"]["ranks"][0]) == {"per_gpu_checksum", "parallelism_info"}  # per rank only
+    if corrupt:
+        (s.state_dir / "corrupt-resume").write_text("")
+    got = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="resumed", identity_before=r["identity_before"], expect_mib=78000))
+    assert got["server_state"] == state and got["identity"]["verdict"] == verdict, got
+    assert got["identity"]["checks"] == {"checksum": not corrupt, "fingerprint": not corrupt, "answer": not corrupt}
+    if corrupt:
+        assert got["_status"] == "FAILED!" and "cannot be proven the one released" in got["msg"]
+
+
+def test_a_server_whose_identity_cannot_be_read_is_never_released(server, smi_path):
+    s = server(extra=("--enable-weights-cpu-backup",), version="0.5.10")  # its checker answers no ranks
+    used = s.used_mib()
+    r = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="released", need_mib=78000))
+    assert not r["released"] and r["fell_back"] and r["server_state"] == "serving", r
+    assert "checksum could not be read before the release" in r["why"] and s.used_mib() == used
+    assert completion(s)["choices"][0]["text"] == "4"
+    got = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="resumed"))
+    assert got["_status"] == "FAILED!" and "identity_before is required" in got["msg"]

@@ -74,7 +74,8 @@ BC_DOUBLE_HANG, BC_DOUBLE_GAUGE_S, BC_DOUBLE_QUEUE_S, BC_DOUBLE_QUEUE_UNTIL, BC_
 BC_DOUBLE_RELEASE_FREES (the fraction of the KV cache a release really frees, default 1),
 BC_DOUBLE_RESUME_FAILS=oom (the resume dies: CUDA out of memory) or noop
 (the resume answers 200 and takes nothing back: a memory saver that failed quietly) or error (the resume answers 400
-and the server stays released and paused), BC_DOUBLE_RELEASE_FAILS=crash
+and the server stays released and paused) or corrupt (the weights come back wrong, HTTP 200 throughout; also while a
+file corrupt-resume lies beside BC_DOUBLE_GPU_STATE), BC_DOUBLE_RELEASE_FAILS=crash
 (the release dies in the memory saver), BC_DOUBLE_API_KEY (the key the server wants, whatever its arguments say:
 a server that holds another key than the cycle's).
 """
@@ -118,6 +119,10 @@ def gpu() -> tuple[int, int, int]:
     return total, weights, kv
 
 
+def gpu_state_path() -> Path:
+    return Path(os.environ.get("BC_DOUBLE_GPU_STATE", "/run/bc-double/%s.json" % (Handler.args.port or 30000)))
+
+
 def write_gpu_state(saver: bool) -> None:
     """What the nvidia-smi double reports for this server: used = context + weights + KV cache (less
     what is released: only with the saver, and BC_DOUBLE_RELEASE_FREES of the KV cache)."""
@@ -126,7 +131,7 @@ def write_gpu_state(saver: bool) -> None:
     total, weights, kv = gpu()
     frees = float(os.environ.get("BC_DOUBLE_RELEASE_FREES", "1")) if saver else 0.0
     used = 500 + weights * (1 - frees * ("weights" in STATE["released"])) + kv * (1 - frees * ("kv_cache" in STATE["released"]))
-    path = Path(os.environ.get("BC_DOUBLE_GPU_STATE", "/run/bc-double/%s.json" % (Handler.args.port or 30000)))
+    path = gpu_state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "total_mib": total, "used_mib": int(used), "name": "NVIDIA H200 (double)"}))
@@ -437,7 +442,8 @@ class Handler(BaseHTTPRequestHandler):
                 crash(['  File "sglang/srt/managers/scheduler_components/weight_updater.py", line 238, in resume_memory_occupation',
                        "    self.offload_tags.remove(tag)", "KeyError: %r" % tag])
             STATE["released"].discard(tag)
-        if os.environ.get("BC_DOUBLE_RESUME_FAILS") == "corrupt" and "weights" in (req.get("tags") or ALL_TAGS):
+        corrupt = os.environ.get("BC_DOUBLE_RESUME_FAILS") == "corrupt" or gpu_state_path().with_name("corrupt-resume").exists()
+        if corrupt and "weights" in (req.get("tags") or ALL_TAGS):
             # the weights come back wrong with HTTP 200 throughout (torch_memory_saver#71): only identity can tell
             STATE["lost"].add("weights")
         write_gpu_state(bool(self.args.enable_memory_saver))
