@@ -110,7 +110,7 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     job timeout must exceed: it kills the job and skips `always`), `lease_s` (the lock's lease: past it the holder is
     dead) and `switch_after_s` (the dead-man switch's outer bound, from its arm before the stop: the stop, the GPU
     wait, every sweep and the post-sweep GPU check, plus the margin). `n`: drain_deadline_s, release (a release may
-    be tried), release_move_s (a whole release's copy deadline, each way; 0 or absent: none), stop_timeout_s,
+    be tried), release_move_s (a whole release's copy deadline, each way and each checksum; 0 or absent: none), stop_timeout_s,
     gpu_wait_s, has_gpu, sweep_runs, sweep_timeout_s, readiness_timeout_s, margin_s, and
     gpu_check (the stop waits for the GPU to free; has_gpu when absent). The switch is armed before a release: a
     release that frees too little is resumed and followed by a stop, all inside the switch's window. With `recovery`
@@ -120,8 +120,9 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
     gpu = bool(n.get("has_gpu")) and cycle
     gpu_wait = int(n.get("gpu_wait_s") or 0) if bool(n.get("gpu_check", gpu)) else 0
     phases = {"drain": int(n["drain_deadline_s"]) + DRAIN_PROBE_S if cycle else 0,
-              # a whole release copies the weights to the host and back: each of the two takes its own deadline
-              "release": RELEASE_S + 2 * int(n.get("release_move_s") or 0) if cycle and n["release"] else 0,
+              # a whole release copies the weights to the host and back, and hashes them before and after (identity):
+              # each of the four takes the copy's deadline
+              "release": RELEASE_S + 4 * int(n.get("release_move_s") or 0) if cycle and n["release"] else 0,
               "gpu_pre_check": GPU_PRE_CHECK_S if gpu else 0,
               "stop": int(n["stop_timeout_s"]) + gpu_wait,
               "sweep": int(n["sweep_runs"]) * (int(n["sweep_timeout_s"]) + ASYNC_MARGIN_S) if cycle else 0,

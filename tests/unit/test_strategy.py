@@ -85,7 +85,7 @@ def test_the_worst_case_holds_the_whole_releases_copy_both_ways():
     n = {"drain_deadline_s": 120, "release": True, "stop_timeout_s": 300, "gpu_wait_s": 60, "has_gpu": True, "sweep_runs": 1,
          "sweep_timeout_s": 600, "readiness_timeout_s": 900, "margin_s": 300}
     assert budget(n)["phases"]["release"] == 90
-    assert budget(dict(n, release_move_s=621))["phases"]["release"] == 90 + 2 * 621
+    assert budget(dict(n, release_move_s=621))["phases"]["release"] == 90 + 4 * 621  # out, back, two checksums
     assert budget(dict(n, release=False, release_move_s=621))["phases"]["release"] == 0
 
 
