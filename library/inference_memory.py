@@ -206,6 +206,7 @@ msg:
 """
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -220,14 +221,16 @@ from ansible.module_utils.bc_host import (
     redact,
 )
 from ansible.module_utils.bc_host import gpus as host_gpus
-from ansible.module_utils.bc_identity import fingerprint, identity, rank_checksums
+from ansible.module_utils.bc_identity import TOLERANCE, fingerprint, identity, rank_checksums
 from ansible.module_utils.bc_release import (
     SERVER_SPEC,
     Release,
     ReleaseError,
+    checksum,
     identity_figures,
     server_keys,
     server_problem,
+    whole_checker,
 )
 
 
@@ -284,7 +287,7 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
     return out
 
 
-def resumed(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, Any]:
+def resumed(module: AnsibleModule, rel: Release, smi: str | None, seen: dict[str, Any]) -> dict[str, Any]:
     """Resume, then read back what the server took: a resume is believed by the memory it gave back
     (at least half of what the release freed), never by its 200 alone."""
     p = module.params
@@ -293,7 +296,7 @@ def resumed(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, A
         before = free_mib(module, smi) if expect > 0 else None
     except CommandError:
         before = None
-    rel.resume()
+    rel.resume(weights_same(module, rel, seen) if p["identity"] else None)
     out: dict[str, Any] = {"server_state": "serving", "expect_mib": expect, "free_mib_before": before, "taken_mib": None}
     if expect <= 0:
         return out
@@ -315,16 +318,39 @@ def resumed(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, A
     return out
 
 
-def figures(module: AnsibleModule, rel: Release) -> dict[str, Any]:
+def figures(module: AnsibleModule, rel: Release, with_checksum: bool = True) -> dict[str, Any]:
     p = module.params
-    return identity_figures(rel.http, rel.prof, p["model"], p["prompt"], p["timeout"], rel.move_timeout)
+    return identity_figures(rel.http, rel.prof, p["model"], p["prompt"], p["timeout"], rel.move_timeout, with_checksum)
 
 
-def proven(module: AnsibleModule, rel: Release, out: dict[str, Any]) -> dict[str, Any]:
+def weights_same(module: AnsibleModule, rel: Release, seen: dict[str, Any]) -> Callable[[], None]:
+    """The check run after the resume and before generation continues: the weights' checksum per rank read again and
+    equal to the release's, else a ReleaseError (`unknown`: restart it) while the server is still paused, so that
+    nothing, not even a request that bypassed the router, is answered from weights read as wrong. What it read lands in
+    `seen` (the whole verdict's checksum, once generation continued)."""
+    def check() -> None:
+        before = rank_checksums((module.params["identity_before"] or {}).get("checksum"))
+        got = checksum(rel.http, whole_checker(rel.prof), rel.move_timeout)
+        seen["checksum"] = got
+        after = rank_checksums(got)
+        if before is None or after is None or before != after:
+            why = ("the weights' checksum after the resume is unreadable or absent" if after is None else
+                   "the weights' checksum differs on rank(s) %s" % ", ".join(
+                       str(r) for r in sorted(set(before or {}) | set(after)) if (before or {}).get(r) != after.get(r)))
+            verdict = {"verdict": "unknown" if after is None else "mismatch", "why": why, "tolerance": TOLERANCE,
+                       "checks": {"checksum": False, "fingerprint": None, "answer": None},
+                       "checksums": {"before": before, "after": after}}
+            raise ReleaseError("the resumed server cannot be proven the one released (%s: %s): it stays paused and is "
+                               "restarted; the router takes it back only once it answers correctly" % (verdict["verdict"], why),
+                               "unknown", {"identity": verdict})
+    return check
+
+
+def proven(module: AnsibleModule, rel: Release, out: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
     """The resumed server's identity against the release's (bc_identity): ok, or a ReleaseError that leaves it
     `unknown` (the caller restarts it) carrying the verdict."""
     p = module.params
-    before, after = p["identity_before"] or {}, figures(module, rel)
+    before, after = p["identity_before"] or {}, dict(figures(module, rel, with_checksum=False), checksum=seen.get("checksum"))
     # the greedy answer must be the very text it was (the readiness then checks it holds the known answer)
     verdict = identity(before, after, before.get("answer") if isinstance(before.get("answer"), str) else "")
     verdict["checksums"] = {"before": rank_checksums(before.get("checksum")), "after": rank_checksums(after.get("checksum"))}
@@ -361,6 +387,9 @@ def checked(p: dict[str, Any]) -> tuple[dict[str, Any], str]:
         check_timeout(p[key], key, 3600)
     if p["move_timeout"] < 0 or p["move_timeout"] > 7200:
         raise ValueError("move_timeout must be 0-7200 seconds, got %r" % p["move_timeout"])
+    if "weights" in (p["tags"] or []) and not p["identity"]:
+        raise ValueError("tags with weights need identity: true (a resume of released weights is proven the same, "
+                         "never trusted by its 200)")
     if p["identity"] and p["state"] == "resumed" and not p["identity_before"]:
         raise ValueError("identity_before is required with identity and state=resumed: the release's identity_before")
     for key in ("gpu_wait_s", "idle_wait_s"):
@@ -408,9 +437,10 @@ def main() -> None:
         if p["state"] == "released":
             result = released(module, rel, module.get_bin_path("nvidia-smi"))
         else:
-            result = resumed(module, rel, module.get_bin_path("nvidia-smi"))
+            seen: dict[str, Any] = {}
+            result = resumed(module, rel, module.get_bin_path("nvidia-smi"), seen)
             if p["identity"]:
-                result = proven(module, rel, result)
+                result = proven(module, rel, result, seen)
     except ReleaseError as err:
         module.fail_json(msg="%s: %s" % (base, redact(str(err), server_keys(p))), server_state=err.state,
                          steps=rel.steps, **err.extra)

@@ -11,6 +11,7 @@ absent, empty or unreadable. Only ok puts the host back in the router; mismatch 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # Absolute difference allowed between two logprobs (nats) of the same token at the same position. The weights come
@@ -51,8 +52,8 @@ def fingerprint(body: Any) -> list[dict[str, float]] | None:
     for top in tops:
         if not isinstance(top, dict) or not top:
             return None
-        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in top.values()):
-            return None
+        if any(not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) for v in top.values()):
+            return None  # NaN compares as within any tolerance: not a reading
         out.append({str(k): float(v) for k, v in top.items()})
     return out
 

@@ -256,25 +256,43 @@ def parsed(answer: HttpResult) -> Any:
 
 
 def identity_figures(http: Http, prof: dict[str, Any], model: str, prompt: str, timeout: float,
-                     checker_timeout: float) -> dict[str, Any]:
+                     checker_timeout: float, with_checksum: bool = True) -> dict[str, Any]:
     """What the server's identity is proven by (bc_identity.identity), read from the live server: its weights'
     checksum per rank (the profile's whole-release checker, given `checker_timeout`: it hashes every weight), the
     fixed prompt's top-k logprobs, and the greedy answer to `prompt` (the readiness's known-answer prompt). Each is
-    None when it did not answer 200 with what it should: an unknown, which restarts rather than trusts."""
-    checker = ((prof.get("release") or {}).get("whole") or {}).get("checker") or {}
+    None when it did not answer 200 with what it should: an unknown, which restarts rather than trusts. Without
+    `with_checksum` the checksum is not read (the caller read it already, before generation continued)."""
+    checker = whole_checker(prof)
     named = {"model": model} if model else {}
     out: dict[str, Any] = {"checksum": None, "fingerprint": None, "answer": None}
-    if checker:  # per rank only: a rank's answer also hashes every parameter by name (thousands on a large model)
-        got = parsed(http("POST", checker["path"], dict(checker["payload"]), checker_timeout))
-        out["checksum"] = {"success": got.get("success"), "ranks": [
-            {k: r.get(k) for k in ("per_gpu_checksum", "parallelism_info")} if isinstance(r, dict) else r
-            for r in got.get("ranks") or []] if isinstance(got.get("ranks"), list) else got.get("ranks")
-        } if isinstance(got, dict) else got
-    out["fingerprint"] = parsed(http("POST", prof["completion_path"], dict(FINGERPRINT, **named), timeout))
+    if checker and with_checksum:
+        out["checksum"] = checksum(http, checker, checker_timeout)
+    got = parsed(http("POST", prof["completion_path"], dict(FINGERPRINT, **named), timeout))
+    try:  # the top-k alone (bc_identity.fingerprint reads it), in the shape of the answer
+        out["fingerprint"] = {"choices": [{"logprobs": {"top_logprobs": got["choices"][0]["logprobs"]["top_logprobs"]}}]}
+    except (KeyError, IndexError, TypeError):
+        out["fingerprint"] = None
     answer = http("POST", prof["completion_path"],
                   dict(named, prompt=prompt, max_tokens=FINGERPRINT["max_tokens"], temperature=0), timeout)
-    out["answer"] = completion_answer(answer.body)[0] if answer.status == 200 else None
+    text = completion_answer(answer.body)[0] if answer.status == 200 else None
+    out["answer"] = text if text and text != "None" else None  # empty or null: nothing to compare
     return out
+
+
+def whole_checker(prof: dict[str, Any]) -> dict[str, Any]:
+    """The engine's weights checksum route and payload ({} where its profile has none)."""
+    return ((prof.get("release") or {}).get("whole") or {}).get("checker") or {}
+
+
+def checksum(http: Http, checker: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """The weights checker's answer, per rank only (each rank's answer also hashes every parameter by name: thousands
+    on a large model); None when it did not answer 200 with a list of ranks."""
+    got = parsed(http("POST", checker["path"], dict(checker["payload"]), timeout))
+    if not isinstance(got, dict) or not isinstance(got.get("ranks"), list):
+        return None
+    return {"success": got.get("success"), "ranks": [
+        {k: r.get(k) for k in ("per_gpu_checksum", "parallelism_info")} if isinstance(r, dict) else None
+        for r in got["ranks"]]}
 
 
 class Release:
@@ -351,11 +369,14 @@ class Release:
             raise ReleaseError("the release failed: %s; the server's memory state is unknown" % self.last_error(),
                                "unknown")
 
-    def resume(self) -> None:
+    def resume(self, before_continue: Callable[[], None] | None = None) -> None:
         """Resume what was released, then let generation continue. Called only after a release that
-        answered 200 (a second resume would kill the server)."""
+        answered 200 (a second resume would kill the server). `before_continue` runs while the server is still
+        paused (a ReleaseError there leaves it paused: nothing generates from what it reads as wrong)."""
         if not self.step("resume"):
             raise ReleaseError("the resume failed: %s; the server is still released" % self.last_error(), "unknown")
+        if before_continue is not None:
+            before_continue()
         if not self.step("continue"):
             raise ReleaseError("continue failed after the resume: %s; the server stays paused" % self.last_error(),
                                "unknown")

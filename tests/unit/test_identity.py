@@ -54,6 +54,7 @@ def near(d: float, *, edge: str | None = None) -> dict:
     (dict(GOOD, fingerprint={"choices": [{"text": "x", "logprobs": None}]}), "unknown", "fingerprint after"),
     (dict(GOOD, fingerprint=fp({})), "unknown", "fingerprint after"),
     (dict(GOOD, fingerprint="<html>502</html>"), "unknown", "fingerprint after"),
+    (dict(GOOD, fingerprint=fp({" Paris": float("nan"), " the": float("nan")}, TOP[1])), "unknown", "fingerprint after"),
     ({k: v for k, v in GOOD.items() if k != "answer"}, "unknown", "known answer after the resume is absent"),
     # a mismatch outranks an unknown, and both are said
     (dict(GOOD, checksum=None, answer="5"), "mismatch", "checksum after the resume"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.bc_engines import resolve
 from ansible.module_utils.bc_health import HttpResult, request
-from ansible.module_utils.bc_identity import FINGERPRINT, identity
+from ansible.module_utils.bc_identity import identity
 from ansible.module_utils.bc_release import (
     Release,
     ReleaseError,
@@ -499,9 +499,11 @@ def test_the_module_proves_the_resumed_server_is_the_one_released(server, smi_pa
         (s.state_dir / "corrupt-resume").write_text("")
     got = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="resumed", identity_before=r["identity_before"], expect_mib=78000))
     assert got["server_state"] == state and got["identity"]["verdict"] == verdict, got
-    assert got["identity"]["checks"] == {"checksum": not corrupt, "fingerprint": not corrupt, "answer": not corrupt}
-    if corrupt:
-        assert got["_status"] == "FAILED!" and "cannot be proven the one released" in got["msg"]
+    if not corrupt:
+        assert got["identity"]["checks"] == {"checksum": True, "fingerprint": True, "answer": True}
+    else:  # caught by the checksum while still paused: nothing answered from the wrong weights, never continued
+        assert got["_status"] == "FAILED!" and "cannot be proven the one released" in got["msg"] and "stays paused" in got["msg"]
+        assert got["identity"]["checks"]["checksum"] is False and [s["step"] for s in got["steps"]] == ["resume"]
 
 
 def test_a_server_whose_identity_cannot_be_read_is_never_released(server, smi_path):
@@ -513,3 +515,5 @@ def test_a_server_whose_identity_cannot_be_read_is_never_released(server, smi_pa
     assert completion(s)["choices"][0]["text"] == "4"
     got = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="resumed"))
     assert got["_status"] == "FAILED!" and "identity_before is required" in got["msg"]
+    got = adhoc_with_gpu(s, smi_path, dict(WHOLE_ARGS, state="released", identity=False))  # weights never on trust
+    assert got["_status"] == "FAILED!" and "tags with weights need identity: true" in got["msg"]
