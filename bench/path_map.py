@@ -29,6 +29,7 @@ PATHS = ROOT / "bench" / "paths.yml"
 TESTS = ROOT / "tests" / "integration"
 TIMES = TESTS / "case_times.json"
 FAULTS = ROOT / "docs" / "reliability.json"
+ROWS = ROOT / "bench" / "decision_rows.yml"
 OUT = ROOT / "docs" / "paths.md"
 KINDS = ("real", "decision")
 
@@ -181,13 +182,36 @@ def path_table(paths: dict[str, dict[str, str]], cases: list[Case], times: dict[
     return lines
 
 
-def fault_table(rows: list[dict[str, Any]], cases: list[Case]) -> list[str]:
+def load_rows(source: Path = ROWS, root: Path = ROOT) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The lab cases replaced by table rows (issue #45): removed case -> {decision, path, rows}; and the problems (an
+    entry without them, or naming a unit test that does not exist)."""
+    data = (yaml.safe_load(source.read_text()) or {}) if source.exists() else {}
+    problems = []
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not all(entry.get(k) for k in ("decision", "path", "rows")):
+            problems.append(f"{source.name}: {name} needs a decision, a path and its rows (tests/unit/<file>::<test>)")
+            continue
+        for row in entry["rows"]:
+            file, _sep, test = str(row).partition("::")
+            found = root / file
+            if not (found.is_file() and f"def {test}(" in found.read_text()):
+                problems.append(f"{source.name}: {name}: no unit test {row}")
+    return data, problems
+
+
+def fault_table(rows: list[dict[str, Any]], cases: list[Case], replaced: dict[str, dict[str, Any]] | None = None) -> list[str]:
     by_test = {c.test: c for c in cases}
     lines = ["| fault (docs/reliability.md) | lab case | path | covered by |", "|---|---|---|---|"]
     for row in rows:
         test = str(row.get("test", ""))
         name, _sep, param = test.partition("[")
         case = by_test.get(name)
+        gone = (replaced or {}).get(name)
+        if case is None and gone:
+            units = "<br>".join(f"`{u}`" for u in gone["rows"])
+            lines.append(f"| {_cell(str(row.get('fault', '?')))} | `{_cell(test)}` (removed) | `{gone['path']}` | "
+                         f"decision: a row of `{gone['decision']}`'s table test: {units} |")
+            continue
         if case is None:
             lines.append(f"| {_cell(str(row.get('fault', '?')))} | `{_cell(test)}` | - | **no lab case of that name** |")
             continue
@@ -210,7 +234,8 @@ def proposals(paths: dict[str, Any], cases: list[Case], times: dict[str, float])
     return sorted(merges, key=lambda m: (-m[3], m[0])), sorted(rows, key=lambda r: (-r[2], r[0]))
 
 
-def render(paths: dict[str, dict[str, str]], cases: list[Case], times: dict[str, float], faults: list[dict[str, Any]]) -> str:
+def render(paths: dict[str, dict[str, str]], cases: list[Case], times: dict[str, float], faults: list[dict[str, Any]],
+           replaced: dict[str, dict[str, Any]] | None = None) -> str:
     merges, rows = proposals(paths, cases, times)
     real = sum(1 for c in cases if c.kind == "real")
     lines = [
@@ -228,7 +253,7 @@ def render(paths: dict[str, dict[str, str]], cases: list[Case], times: dict[str,
         "## Paths", "",
         *path_table(paths, cases, times),
         "", "## Faults of docs/reliability.md, and what covers each", "",
-        *fault_table(faults, cases),
+        *fault_table(faults, cases, replaced),
         "", "## Merge proposals", "",
         "Paths walked by several real cases: one cycle could assert all they do (saves: their time but the longest's).", "",
         "| path | real cases | their time | a merge saves |", "|---|---|---|---|",
@@ -249,7 +274,10 @@ def build(root: Path = ROOT) -> tuple[str, list[str]]:
     problems += unknown_ids(cases, paths)
     faults_file = root / "docs" / "reliability.json"
     faults = json.loads(faults_file.read_text()) if faults_file.exists() else []
-    return render(paths, cases, case_times(root / "tests" / "integration" / "case_times.json"), faults), problems
+    replaced, bad = load_rows(root / "bench" / "decision_rows.yml", root)
+    problems += bad + [f"decision_rows.yml: {c.test} is still a lab case" for c in cases if c.test in replaced]
+    times = case_times(root / "tests" / "integration" / "case_times.json")
+    return render(paths, cases, times, faults, replaced), problems
 
 
 def main(argv: list[str] | None = None) -> int:

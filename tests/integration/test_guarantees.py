@@ -58,35 +58,6 @@ def with_router(extra: dict | None = None) -> dict:
                 bc_lb_restore={"argv": [HOOK, "restore", "token-" + KEY]})
 
 
-@pytest.mark.path("stop.sweep_failed.started", decision="bc_bringback.plan")
-def test_router_is_restored_after_a_successful_cycle_and_after_a_failure_after_the_stop(llama, reliability):
-    run = playbook("benchmark_cycle.yml", extra_vars=with_router())
-    assert run.rc == 0, run.out[-3000:]
-    assert router() == ["remove", "restore"]
-    assert KEY not in run.out  # the hook's token: no_log
-    # a failure after the stop (the sweep crashes): the service comes back, then the router takes it back
-    # the import check passes, the sweep itself exits 3
-    fail = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_sweep_python": failing_python()}))
-    assert fail.rc != 0
-    assert router() == ["remove", "restore"], fail.out[-3000:]
-    after = serving()
-    assert after == "active, answers 2+2=4"
-    reliability(fault="router hook after the stop", injected="bc_lb_remove/bc_lb_restore hooks; a sweep that exits 3 after the stop",
-                did="router restored once the service answered, on the success path and on the failure path; the hook's token never shown",
-                service_after=after, data_kept="-", detect_s=None, run_s=run.seconds + fail.seconds)
-
-
-@pytest.mark.path("stop.not_ready.not_rolled_back", decision="bc_bringback.failure")
-def test_a_service_that_does_not_come_back_keeps_the_host_out_of_the_router_and_says_so(llama, reliability):
-    run = playbook("benchmark_cycle.yml", extra_vars=with_router({"bc_probe_expect": "5"}))
-    assert run.rc != 0
-    assert router() == ["remove"]
-    assert "The host stays OUT of the router" in run.out, run.out[-3000:]
-    reliability(fault="service not serving after the cycle, router", injected="a wrong expected answer (bc_probe_expect=5)",
-                did="router NOT restored; the failure says the host stays out of the router until it serves",
-                service_after=serving() + " (wrong answer, as injected)", data_kept="-", detect_s=None, run_s=run.seconds)
-
-
 @pytest.mark.path("stop.not_ready.not_rolled_back",
                   real="the unit's install and rollback files on the host (rollback/<token>) across three cycles")
 def test_rollback_never_brings_back_an_older_cycles_unit_or_key(llama, reliability):
@@ -199,46 +170,6 @@ def test_a_killed_controller_is_covered_by_the_hosts_dead_man_switch(llama, reli
                     "again); the re-run took the lock over "
                     "and finished the dead cycle's work", service_after=serving(), data_kept="the re-run's full results",
                 detect_s=back_s, run_s=run.seconds)
-
-
-@pytest.mark.path("refused.preflight", decision="bc_contract.problems")
-def test_a_sweep_that_fits_nowhere_or_would_detach_is_refused_before_anything_is_touched(llama, reliability):
-    before = pid()
-    # Kimi K2.6's full layer on the CPU backend: more memory than the lab host has in all
-    k26 = {"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8, "group_size": 32, "num_bits": 4}
-    huge = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_shape": k26})
-    assert huge.rc != 0 and f"the sweep cannot run on {HOST}" in huge.out and "memory in all" in huge.out, huge.out[-2000:]
-    absurd = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_batch_sizes": "1,1000000000"})
-    assert absurd.rc != 0 and "bc_sweep_batch_sizes=1,1000000000: give numbers from 1 to 1048576" in absurd.out, absurd.out[-2000:]
-    detached = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_poll_s": 0})
-    assert detached.rc != 0 and "bc_sweep_poll_s=0" in detached.out
-    budget = playbook("benchmark_cycle.yml", extra_vars={"bc_job_budget_s": 60})
-    assert budget.rc != 0 and "worst case" in budget.out and "bc_job_budget_s=60" in budget.out
-    bad_env = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_env": {"E\nLD_PRELOAD": "/x.so"}, "bc_api_key": KEY + "\n"})
-    assert bad_env.rc != 0 and "is not an environment variable name" in bad_env.out and "bc_api_key holds whitespace" in bad_env.out
-    assert KEY not in bad_env.out
-    assert pid() == before and "LD_PRELOAD" not in sh("cat /etc/benchmark-cycle/llama-lab.env")
-    reliability(fault="settings that cannot work", injected="K2.6's full shape on the CPU; batch sizes 1,1000000000; "
-                "bc_sweep_poll_s=0; bc_job_budget_s=60; "
-                "an env name with a newline; a key ending in a newline", did="each refused in the preflight naming the field "
-                "(and never the key); nothing touched", service_after=serving() + " (same PID)", data_kept="-", detect_s=None,
-                run_s=huge.seconds)
-
-
-@pytest.mark.path("drain.aborted", decision="bc_health.in_flight")
-def test_a_drain_that_cannot_read_in_flight_work_waits_its_deadline_and_aborts(llama, reliability):
-    """/metrics off (llama-server answers 501): unknown is not zero."""
-    settings = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_engine_settings"]
-    extra = {"bc_engine_settings": dict(settings, enable_metrics=False), "bc_drain_deadline_s": 2, "bc_stop_policy": "always"}
-    assert playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_drain_on_deadline="force")).rc == 0  # applies it
-    before = pid()
-    run = playbook("benchmark_cycle.yml", extra_vars=extra)
-    assert run.rc != 0
-    assert "in-flight work unknown" in run.out and "HTTP 501" in run.out, run.out[-3000:]
-    assert pid() == before  # never stopped
-    reliability(fault="drain without metrics", injected="llama-server without --metrics (/metrics answers 501); deadline 2 s",
-                did="in-flight work unknown, not zero: waited the deadline, aborted before the stop, saying why",
-                service_after=serving() + " (same PID)", data_kept="-", detect_s=None, run_s=run.seconds)
 
 
 @pytest.mark.path("refused.lock", real="two hosts in one batch (serial 2): Ansible's guarded block with one host refused")

@@ -33,7 +33,6 @@ from conftest import (
     read_events,
     remove_gpu_double,
     sh,
-    wait_for,
     wait_for_sweep,
     wait_in_host,
 )
@@ -174,47 +173,6 @@ def test_release_cycles_in_a_row_with_a_load_balancer_health_checking_during_the
                 run_s=sum(r.seconds for r in runs))
 
 
-@pytest.mark.path("release.resumed", decision="bc_health.front_end")
-def test_a_request_waiting_for_its_prefill_is_drained_not_aborted_by_the_pause(released_lab, reliability):
-    """SGLang 0.5.16's /v1/loads is a snapshot the scheduler publishes at a prefill batch and when idle: a
-    request waiting in its queue for room reads as none. Read alone, the drain declared zero and the release's
-    pause {"mode": "abort"} aborted the request. The drain counts the front end's live gauge
-    (sglang:http_requests_active) and waits for it."""
-    go = "/run/bc-double/go"
-    sh(f"mkdir -p /run/bc-double && touch {go}")  # the install's own probes are not held
-    extra = with_router(released_lab(BC_DOUBLE_QUEUE_UNTIL=go))
-    before = main_pid()
-    sh(f"rm -f {go} /tmp/queued.json")
-    sh("(curl -s -m 300 -H 'Content-Type: application/json' -d '{\"prompt\":\"x\",\"max_tokens\":2}' "
-       "http://127.0.0.1:30001/v1/completions > /tmp/queued.json 2>&1 &)")  # waits in the queue until `go`
-    loads = sh("curl -s http://127.0.0.1:30001/v1/loads")
-    assert '"num_running_reqs": 0, "num_waiting_reqs": 0' in loads, loads  # the snapshot: as if idle
-    log = Path(tempfile.mkdtemp()) / "events.jsonl"
-    # a drain deadline far away: the case is what the drain counts, not how long a busy machine takes to poll
-    proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=dict(extra, bc_drain_deadline_s=600)), cwd=ROOT,
-                            env=env(BC_CYCLE_EVENT_LOG=str(log)), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    drain = "service_drain : Wait for in-flight requests to finish"
-
-    def polls() -> int:
-        return sum(1 for e in read_events(log) if e["event"] == "retry" and e["task"] == drain)
-    # three of the drain's polls see the queued request (a drain that believed the snapshot paused by now)
-    wait_for("three polls of the drain", lambda: polls() >= 3 or proc.poll() is not None, 900)
-    assert proc.poll() is None, proc.communicate()[0][-3000:]
-    sh(f"touch {go}")  # room in the KV cache: its prefill, its two tokens, its answer
-    out, _ = proc.communicate(timeout=1800)
-    assert proc.returncode == 0, out[-4000:]
-    answered = sh("cat /tmp/queued.json")
-    assert '"finish_reason": "stop"' in answered, answered  # served, never aborted by the pause
-    assert "its KV cache released in place (no restart)" in " ".join(out.split())
-    assert main_pid() == before and router() == ["remove", "restore"]
-    events = read_events(log)
-    reliability(fault="a request the load snapshot does not show", injected="SGLang 0.5.16 double: a completion waiting in "
-                "the scheduler's queue for its prefill at the drain (/v1/loads: the idle snapshot, 0 running 0 waiting)",
-                did="the drain counted it from the front end's live gauge (sglang:http_requests_active) and waited; "
-                "it was served (finish_reason stop), then released in place", service_after="active, same PID",
-                data_kept="full results", detect_s=None, run_s=events[-1]["t"] - events[0]["t"])
-
-
 def probe_unit() -> dict:
     """One readiness probe of the double's unit by the real module, ad hoc over the lab's ssh."""
     args = json.dumps({"url": "http://127.0.0.1:30001", "engine": "sglang", "unit": UNIT, "probe": "readiness", "timeout": 5})
@@ -223,7 +181,8 @@ def probe_unit() -> dict:
     return json.loads(proc.stdout.split("=>", 1)[1])
 
 
-@pytest.mark.path("beside.ready", decision="bc_health.classify")
+@pytest.mark.path("beside.ready",
+                  real="systemd's deactivating unit with a restart job queued, read by the real module; the only case of this path")
 def test_readiness_waits_for_a_restart_whose_stop_is_held_by_a_paused_front_end(released_lab, reliability):
     """An operator restarts a server that was left paused with a request held in its front end: its SIGTERM drain
     waits for that request, so the unit sits deactivating with the restart job queued. That is the first half of
@@ -289,20 +248,6 @@ def test_a_resume_that_kills_the_server_is_followed_by_a_restart(released_lab, r
     reliability(fault="resume fails", injected="the server dies in its resume (CUDA out of memory)",
                 did="restarted, readiness and the known answer awaited, router back; the play fails naming the resume",
                 service_after="active, answers 4 (restarted)", data_kept="full results", detect_s=None, run_s=run.seconds)
-
-
-@pytest.mark.path("release.resume_failed.restarted", decision="inference_memory.resumed")
-def test_a_resume_that_gives_nothing_back_is_not_believed(released_lab, reliability):
-    """The resume answers 200 and takes no memory back (a memory saver that failed quietly): believed by
-    its 200 alone the cycle was green and the KV cache never came back; read back on the GPU, it is a
-    failed resume, and the server is restarted."""
-    run, out = cycle_whose_server_dies(released_lab, BC_DOUBLE_RESUME_FAILS="noop")
-    assert "the resume answered 200 but the server took back 0 MiB on GPU 0" in out, out[-3000:]
-    assert "the server was restarted" in out
-    reliability(fault="resume gives nothing back", injected="the resume answers 200 and the server takes no memory back",
-                did="the memory read back on the GPU: not believed; restarted, readiness and the known answer awaited, "
-                "router back; the play fails naming the resume", service_after="active, answers 4 (restarted)",
-                data_kept="full results", detect_s=None, run_s=run.seconds)
 
 
 @pytest.mark.path("release.resume_failed.restarted", real="a restart bounded by SIGKILL, not TimeoutStopSec (systemd, a clock)")

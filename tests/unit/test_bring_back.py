@@ -140,6 +140,18 @@ def test_the_last_words_say_whether_this_job_started_the_service_again(touched, 
     assert cycle_verdict("the sweep: killed", touched, recovery, "lab1") == says
 
 
+# the first failure is the one reported (the lab's refused.unit fault: a unit that fails systemd-analyze verify, the
+# never-stopped server's readiness after it), whatever the failure's own words hold
+@pytest.mark.parametrize(("failure", "touched", "says"), [
+    ("Verify, install and enable the unit: fails systemd-analyze verify", False,
+     "the cycle failed at Verify, install and enable the unit: fails systemd-analyze verify; the service was never stopped "
+     "and answers correctly"),
+    ("Run the sweep: exit 3", True, "the cycle failed at Run the sweep: exit 3; the service was started again and answers correctly"),
+])
+def test_the_verdict_names_the_first_failure_and_what_became_of_the_service(failure, touched, says):
+    assert cycle_verdict(failure, touched, False, "lab1") == says
+
+
 def test_a_cycle_that_lost_its_lock_says_it_brought_nothing_back():
     """Fenced (its controller woke after another cycle took the host over): whatever it had stopped, it started
     nothing again; its verdict must not say the service was started again and answers (#44 review)."""

@@ -45,9 +45,21 @@ HOOK = {"argv": ["/usr/local/bin/lb", "remove", "ct200"]}
     ({"bc_engine_settings": {"model_pth": "/m"}}, "bc_engine_settings.model_pth: sglang has no such setting"),
     ({"bc_engine_version": "latest"}, "bc_engine_version='latest' has no number"),
     # a rule of the wrong type names the field instead of raising
-    ({"bc_gpu_health_rules": {"temperature_c": {"max": "hot"}}}, "bc_gpu_health_rules.temperature_c.max=hot"),
+    ({"bc_gpu_health_rules": {"temperature_c": {"max": "hot"}}}, "bc_gpu_health_rules.temperature_c.max=hot: give a number"),
     ({"bc_gpu_health_xid_window_s": 0}, "bc_gpu_health_xid_window_s=0"),
     ({"bc_grafana_annotation": {"url": "https://g", "token": "t0k3n-abc", "dashbord_uid": "x"}}, "unknown key(s) dashbord_uid"),
+    # the lab's preflight refusals, rows here since issue #45 (each was a lab cycle)
+    ({"bc_serial": "-1"}, "bc_serial='-1'"),  # as a survey sends it: a string
+    ({"bc_sweep_batch_sizes": ""}, "bc_sweep_batch_sizes is empty"),
+    ({"bc_sweep_batch_sizes": "1,1000000000"}, "bc_sweep_batch_sizes=1,1000000000: give numbers from 1 to 1048576"),
+    ({"bc_sweep_tp_sizes": "1,x"}, "bc_sweep_tp_sizes"),
+    ({"bc_readiness_timeout_s": "inf"}, "bc_readiness_timeout_s"),
+    ({"bc_sweep_poll_s": 0}, "bc_sweep_poll_s=0"),
+    ({"bc_engine_env": {"E\nLD_PRELOAD": "/x.so"}}, "is not an environment variable name"),
+    ({"bc_api_key": KEY + "\n"}, "bc_api_key holds whitespace"),
+    ({"bc_engine": "llamacpp", "bc_engine_settings": {"model_path": "/m", "mem_fration_static": 0.8}},
+     "bc_engine_settings.mem_fration_static: llamacpp has no such setting"),
+    ({"bc_unit": "llama-lab;touch /tmp/pwned"}, "bc_unit=llama-lab;touch /tmp/pwned is not a systemd unit name"),
 ])
 def test_each_quiet_failure_is_refused_naming_the_setting(given, message):
     found = problems(CONTRACT, dict(SITE, **given))
@@ -72,10 +84,10 @@ def test_the_sites_inventories_pass_the_contract(inventory):
 
 def test_an_empty_key_is_refused_unless_said_and_never_against_a_unit_that_has_one():
     files = "/etc/benchmark-cycle/u.env or /etc/benchmark-cycle/u.secrets.yaml"
-    assert "bc_api_key is empty" in key_problem("u", "", True, "", files)
+    assert "bc_api_key is empty: the server would be restarted with no authentication" in key_problem("u", "", True, "", files)
     assert key_problem("u", "", False, "", files) == ""  # a site without a key, said explicitly
-    refused = key_problem("u", "", False, "sk-old-key", files)
-    assert "has a key today" in refused and "sk-old-key" not in refused
+    refused = key_problem("llama-lab", "", False, "sk-old-key", files)
+    assert "bc_api_key is empty but llama-lab has a key today" in refused and "sk-old-key" not in refused
     assert key_problem("u", KEY, True, "sk-old-key", files) == ""  # a rotation is fine
 
 

@@ -395,13 +395,41 @@ def test_a_503_that_took_the_health_check_timeout_is_a_hung_scheduler_not_a_warm
     assert hung["failed"] and "hung scheduler" in hung["reason"]
 
 
+# the lab's hung-scheduler faults (issue #45: rows, not lab cycles): the SGLang double's /health waits the health-check
+# timeout the unit sets, then answers 503; judged hung at that first probe, by the timeout the server runs with
+@pytest.mark.parametrize(("environ", "latency_ms", "hung"), [
+    ({"SGLANG_HEALTH_CHECK_TIMEOUT": "16"}, 16040, True),
+    ({"SGLANG_HEALTH_CHECK_TIMEOUT": "8"}, 8040, True),  # below the default's 15 s threshold, still hung
+    (None, 8040, False),  # the default's threshold: an 8 s 503 is a warmup there
+    ({"SGLANG_HEALTH_CHECK_TIMEOUT": "16"}, 12, False),  # a 503 at once: starting, not hung
+])
+def test_a_hung_scheduler_is_judged_at_its_first_probe_by_the_servers_own_timeout(environ, latency_ms, hung):
+    from ansible.module_utils.bc_engines import ENGINES, with_health_timeout
+
+    r = classify(with_health_timeout(ENGINES["sglang"], environ), "status", HttpResult(503, "", latency_ms=latency_ms), ACTIVE, 0)
+    assert r["failed"] is hung and ("hung scheduler" in r["reason"]) is hung, r
+    assert hung or r["phase"] == "warming", r
+
+
+# SGLang's in-flight work for the drain: its live /v1/loads, never the sampled gauge (the lab's stale-gauge fault: the
+# gauge stuck at 0 while a long request runs); a gauge alone is no answer (unknown), never zero
+@pytest.mark.parametrize(("body", "count"), [
+    (json.dumps({"loads": [{"dp_rank": 0, "num_running_reqs": 1, "num_waiting_reqs": 0}]}), 1.0),
+    ('sglang:num_running_reqs{tp_rank="0"} 0.0\nsglang:num_queue_reqs{tp_rank="0"} 0.0\n', None),
+    ("", None),
+])
+def test_sglangs_in_flight_work_is_its_live_load_never_a_stale_gauge(body, count):
+    assert in_flight(body, "sglang")[0] == count
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize(("status", "body", "text"), [
     (404, '{"object": "error", "message": "The model `x` does not exist.", "code": 404}', "The model `x` does not exist."),
     (401, '{"error": "Unauthorized"}', "Unauthorized"),
     (400, '{"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError"}}', "max_tokens must be at least 1"),
 ])
-def test_a_ready_servers_4xx_fails_the_completion_at_once_with_its_own_message(status, body, text):
-    r = classify("vllm", "completion", HttpResult(status, body), ACTIVE, 0, expect="4")
+def test_a_ready_servers_4xx_fails_the_completion_at_once_with_its_own_message(engine, status, body, text):
+    r = classify(engine, "completion", HttpResult(status, body), ACTIVE, 0, expect="4")
     assert r["failed"] and f"HTTP {status}: {text}" in r["reason"]
 
 

@@ -254,3 +254,36 @@ def test_a_lock_that_is_a_link_is_never_trusted(tmp_path):
     link = tmp_path / "linked.lock"
     link.symlink_to(real)
     assert "linked.lock is not a plain directory (a link?)" in host_lock.untrusted(str(link), 0)
+
+
+# host_lock's refusal: the words a refused cycle says, each way the lab's lock faults met it (issue #45: rows, not lab
+# cycles); the holder named, and the way out with its token
+HOLDER = {"token": "other-cycle", "user": "alice", "controller": "awx-1", "pid": "4242", "started": "earlier"}
+
+
+@pytest.mark.parametrize(("break_token", "age", "said"), [
+    (None, 60, "re-run with -e bc_lock_break_token=other-cycle"),  # young: wait, or break it by its token
+    ("some-other-cycle", 60, "The token given to break (some-other-cycle) is not its holder's: nothing was broken"),
+    (None, 3 * 3600, "may be stale: if that cycle is gone, re-run with -e bc_lock_break=true to break it, "
+                     "or -e bc_lock_break_token=other-cycle"),
+    ("some-other-cycle", 3 * 3600, "is not its holder's: nothing was broken"),  # a wrong token breaks nothing, stale or not
+])
+def test_a_refused_lock_names_its_holder_and_the_way_out(break_token, age, said):
+    p = {"path": "/run/lock/benchmark-cycle-llama-lab.lock", "break_token": break_token, "stale_after": 7200}
+    text = host_lock.refusal(p, HOLDER, age, time.time())
+    assert text.startswith("another benchmark cycle holds /run/lock/benchmark-cycle-llama-lab.lock: cycle other-cycle"), text
+    assert "alice@awx-1 (pid 4242)" in text and said in text, text
+
+
+# host_lock.expired: a holder is dead by its heartbeat's promise or its lease, never by its name or pid (a twin controller
+# name in another pid namespace keeps the lock while its promise holds)
+@pytest.mark.parametrize(("holder", "promised", "dead"), [
+    ({"expires": 2000.0}, 1000 + 86400, False),  # a live holder on a twin controller name: its promise a day ahead
+    ({"expires": 2000.0}, 995, True),  # its controller broke its promise: dead, though its lease runs
+    ({"expires": 2000.0}, None, False),  # an unreadable heartbeat proves nothing: the lease decides
+    ({"expires": 900.0}, None, True),  # the lease ran out
+    ({"expires": 0}, None, False),  # no lease: never expired by it
+    ({}, None, False),
+])
+def test_a_holder_is_dead_by_its_broken_promise_or_its_lease_never_by_its_name(holder, promised, dead):
+    assert host_lock.expired(dict(HOLDER, **holder), 1000.0, promised) is dead
