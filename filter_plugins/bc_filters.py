@@ -258,13 +258,15 @@ def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None
     """The cycle's strategy (beside, release or stop) and why, from the preflight's numbers:
     `sizing` has fits, has_gpu, need_mib (with the margin) and free_mib (the sweep's preflight);
     `support` is inference_memory_info's result (None when the server was not asked); `rotation`: true when the live
-    server refused the cycle's key, none when it was asked and did not say (unknown: a restart, or a refusal), anything
-    else no rotation. A release asked for that cannot be done, or a rotation under a policy that never restarts, gives
+    server refused the cycle's key, none when it was asked and did not say (unknown: a restart, or a refusal), "keyless"
+    when it answers with no key at all (the key is not in force), anything else no rotation. A release asked for that
+    cannot be done, or a rotation under a policy that never restarts, gives
     strategy None and the error naming the fix."""
     numbers = {"fits": bool(sizing.get("fits")), "has_gpu": bool(sizing.get("has_gpu")),
                "need_mib": int(sizing.get("need_mib") or 0), "free_mib": int(sizing.get("free_mib") or 0)}
     try:
-        got = dict(choose(str(policy), numbers, support, True if rotation is True else None if rotation is None else False),
+        seen = rotation if rotation is True or rotation is None or rotation == "keyless" else False
+        got = dict(choose(str(policy), numbers, support, seen),
                    need_mib=numbers["need_mib"], error="")
     except ValueError as err:
         return {"strategy": None, "why": "", "need_mib": numbers["need_mib"], "error": str(err)}

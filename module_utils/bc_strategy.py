@@ -31,23 +31,34 @@ def whole_choice(sup: dict[str, Any], why: str) -> dict[str, Any]:
             "checker": whole.get("checker")}
 
 
-def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rotation: bool | None = False) -> dict[str, Any]:
+# what the live server said of the key this cycle installs (`rotation` of choose): how it is said, and what a restart does
+ROTATION = {
+    True: ("is not the key the live server runs with (a rotation)", "it would go on refusing the new key",
+           "a key rotation: the live server refuses the new key until it starts again"),
+    None: ("may not be the key the live server runs with (asked with it alone, the server did not answer either way)",
+           "it would go on refusing the new key", "whether the live server takes the new key is not known: a restart puts "
+           "it in force"),
+    "keyless": ("is not in force: the live server answers a request with no key at all (it started before a key was set)",
+                "it would go on answering anyone without a key", "the live server answers without a key: a restart puts "
+                "bc_api_key in force"),
+}
+
+
+def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rotation: bool | str | None = False) -> dict[str, Any]:
     """The cycle's strategy and why. `sizing`: fits, has_gpu, need_mib, free_mib (the device's,
     now); `sup`: `support()` (None when the server was not asked); `rotation`: the live server refuses the key this
-    cycle installs (it runs with an older one, and takes the new one only when it starts again). A `release` or
+    cycle installs (it runs with an older one, and takes the new one only when it starts again; None: asked, it did not
+    say; "keyless": it answers with no key at all; False: no rotation). A `release` or
     `release_all` asked for that the server cannot do, or a rotation under a policy that never restarts, is a
     ValueError naming the fix."""
     if policy not in POLICIES:
         raise ValueError("bc_stop_policy=%s: use one of %s" % (policy, "|".join(POLICIES)))
-    if rotation is not False:  # True: the live server refused the new key; None: it was asked and did not say
-        seen = "is not the key the live server runs with (a rotation)" if rotation else (
-            "may not be the key the live server runs with (asked with it alone, the server did not answer either way)")
+    if rotation in ROTATION:
+        seen, goes_on, why = ROTATION[rotation]
         if policy in ("never", "release", "release_all"):
             raise ValueError("bc_api_key %s, and it takes the new one only when it starts again, which bc_stop_policy=%s "
-                             "never does: it would go on refusing the new key. Run this cycle with bc_stop_policy=auto or "
-                             "always" % (seen, policy))
-        return {"strategy": "stop", "why": "a key rotation: the live server refuses the new key until it starts again"
-                if rotation else "whether the live server takes the new key is not known: a restart puts it in force"}
+                             "never does: %s. Run this cycle with bc_stop_policy=auto or always" % (seen, policy, goes_on))
+        return {"strategy": "stop", "why": why}
     sup = sup or {"supported": False, "releasable_gib": None, "why": "the server was not asked"}
     whole = sup.get("whole") or {}
     whole = dict(whole, why=whole.get("why") or sup.get("why") or "unknown")

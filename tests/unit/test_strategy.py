@@ -133,3 +133,19 @@ def test_a_rotation_that_cannot_be_told_is_treated_as_one(policy, strategy, word
     from bc_filters import strategy as decide
     got = decide(policy, SIZING_FITS, RELEASABLE, None)
     assert got["strategy"] == strategy and words in (got["why"] if strategy else got["error"]), got
+
+
+@pytest.mark.parametrize(("policy", "strategy", "words"), [
+    ("auto", "stop", "the live server answers without a key: a restart puts bc_api_key in force"),
+    ("always", "stop", "answers without a key"),
+    ("never", None, "is not in force: the live server answers a request with no key at all"),
+    ("release", None, "never does: it would go on answering anyone without a key"),
+    ("release_all", None, "bc_stop_policy=release_all never does"),
+])
+def test_a_key_that_the_live_server_does_not_enforce_is_put_in_force_or_refused(policy, strategy, words):
+    """The server started before a key was set answers anyone with no key: the key this cycle installs is not in force
+    until it starts again; beside it, or released in place, the cycle would end green with the host open (#44)."""
+    from bc_filters import strategy as decide
+    got = decide(policy, SIZING_FITS, RELEASABLE, "keyless")
+    assert got["strategy"] == strategy and words in (got["why"] if strategy else got["error"]), got
+
