@@ -114,6 +114,7 @@ options:
         backend, so one call answers whether the sweep can run and whether it fits beside a running service.
     type: bool
     default: false
+extends_documentation_fragment: [cycle_heartbeat]
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 attributes:
@@ -518,7 +519,7 @@ from typing import Any
 # AnsiballZ ships the worker to the host (with the module_utils it imports, in turn); its package is staged for the sweep
 from ansible.module_utils import bc_marlin
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_host import CommandError, meminfo_mib, processes, vmstat
+from ansible.module_utils.bc_host import HEARTBEAT_OPTION, CommandError, beat_for, meminfo_mib, processes, vmstat
 from ansible.module_utils.bc_host import gpus as host_gpus
 from ansible.module_utils.bc_host import run as host_run
 from ansible.module_utils.bc_sweepstats import (
@@ -791,6 +792,7 @@ SPEC: dict[str, Any] = {
     "tune_dir": {"type": "path"},
     "preflight": {"type": "bool", "default": False},
     "tag": {"type": "str"},
+    "heartbeat": HEARTBEAT_OPTION,
     "memory_margin": {"type": "float", "default": 0.10},
     "command_timeout": {"type": "int", "default": 30},
 }
@@ -877,6 +879,9 @@ def main() -> None:
     if module.check_mode:
         plan.update(preflight(module, plan) if p["preflight"] else {})
         module.exit_json(changed=False, plan=plan, **plan)
+    # a cycle that no longer holds the lock (a controller paused past its lease, the host taken over) starts nothing
+    # on a GPU another cycle owns now; each poll of the sweep (sweep_wait) beats from here on
+    beat_for(module, 0, time.time())
     os.makedirs(os.path.dirname(p["output"]) or ".", mode=0o755, exist_ok=True)
     result = sweep(module, dict(p, shape={k: p[k] for k in SHAPE_KEYS}), plan)
     module.exit_json(changed=True, output=p["output"], **result)

@@ -152,3 +152,17 @@ def test_a_step_acts_only_while_its_cycle_holds_the_lock(tmp_path, holder, token
 def test_a_lock_that_is_gone_is_not_held(tmp_path):
     assert "its lock" in lost_lock({"path": str(tmp_path / "gone.lock" / "heartbeat"), "for_s": 60, "token": "cycle-a"})
     assert lost_lock(None) == "" and lost_lock({}) == ""
+
+
+def test_a_sweep_is_never_started_by_a_cycle_that_lost_the_lock(tmp_path):
+    """A controller paused past its lease wakes after another cycle took the host: its sweep launch fails fenced before
+    it starts anything on the GPU the other cycle owns (#44)."""
+    from test_modules_adhoc import adhoc
+
+    path = _lock(tmp_path, "cycle-b")
+    out = tmp_path / "sweep.json"
+    args = {"output": str(out), "backends": ["torch"], "batch_sizes": [1], "num_experts": 8, "hidden_size": 256,
+            "intermediate_size": 256, "top_k": 2, "iters": 3, "warmup": 0, "python": "/bin/false"}
+    lost = adhoc("marlin_sweep", dict(args, heartbeat={"path": path, "for_s": 60, "token": "cycle-a"}))
+    assert lost["_status"] == "FAILED!" and "no longer owns" in lost["msg"] and "cycle-b" in lost["msg"], lost
+    assert not out.exists()
