@@ -506,11 +506,10 @@ stderr_tail:
 """
 
 import os
-import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_host import HEARTBEAT_OPTION, beat_for
+from ansible.module_utils.bc_host import HEARTBEAT_OPTION, fenced, lost_lock
 from ansible.module_utils.bc_sweeprun import SHAPE_KEYS, ShapeError, plan_of, preflight, problem, sweep
 
 ROUTING_OPTIONS: dict[str, Any] = {
@@ -570,8 +569,9 @@ def main() -> None:
         plan.update(preflight(module, plan) if p["preflight"] else {})
         module.exit_json(changed=False, plan=plan, **plan)
     # a cycle that no longer holds the lock (a controller paused past its lease, the host taken over) starts nothing
-    # on a GPU another cycle owns now; each poll of the sweep (sweep_wait) beats from here on
-    beat_for(module, 0, time.time())
+    # on a GPU another cycle owns now. Read only: the heartbeat is the polls' (sweep_wait) to write, and a beat here,
+    # run by async after the first poll, would shorten the promise that poll made
+    fenced(module, lost_lock(p["heartbeat"]))
     os.makedirs(os.path.dirname(p["output"]) or ".", mode=0o755, exist_ok=True)
     result = sweep(module, dict(p, shape={k: p[k] for k in SHAPE_KEYS}), plan)
     module.exit_json(changed=True, output=p["output"], **result)

@@ -41,11 +41,11 @@ SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group
 
 # the worker's files: bc_marlin (the run loop) and every module_util it imports, in turn (tests/unit/test_marlin_cpu.py
 # proves the list whole: the staged worker runs from these alone, without ansible)
-SWEEP_MODULES = ("bc_marlin", "bc_backends", "bc_tuner", "bc_builders", "bc_timing", "bc_kernels", "bc_sweepstats", "bc_host")
+SWEEP_FILES = ("bc_marlin", "bc_backends", "bc_tuner", "bc_builders", "bc_timing", "bc_kernels", "bc_sweepstats", "bc_host")
 
 
 def stage_sweep_package(tmpdir: str) -> str:
-    """Lay out the SWEEP_MODULES' files under tmpdir in the package they are imported from here
+    """Lay out the SWEEP_FILES' files under tmpdir in the package they are imported from here
     (ansible/module_utils/ in the project's layout, ansible_collections/<ns>/<name>/plugins/module_utils/ in
     the collection), read from this module's own payload (pkgutil works for AnsiballZ's zip and for files
     alike), so that the sweep's interpreter - the host's SGLang venv, which has no ansible - can run it."""
@@ -56,7 +56,7 @@ def stage_sweep_package(tmpdir: str) -> str:
     for depth in range(1, len(parts) + 1):
         with open(os.path.join(tmpdir, *parts[:depth], "__init__.py"), "w", encoding="utf-8"):
             pass
-    for name in SWEEP_MODULES:
+    for name in SWEEP_FILES:
         data = pkgutil.get_data(package, name + ".py")
         if data is None:
             raise RuntimeError("module_utils %s.py is missing from the module payload" % name)

@@ -166,3 +166,7 @@ def test_a_sweep_is_never_started_by_a_cycle_that_lost_the_lock(tmp_path):
     lost = adhoc("marlin_sweep", dict(args, heartbeat={"path": path, "for_s": 60, "token": "cycle-a"}))
     assert lost["_status"] == "FAILED!" and "no longer owns" in lost["msg"] and "cycle-b" in lost["msg"], lost
     assert not out.exists()
+    # the holder's launch only reads: the promise its first poll wrote (async may run the launch after it) stands
+    Path(path).write_text("4102444800\n")
+    held = adhoc("marlin_sweep", dict(args, heartbeat={"path": path, "for_s": 60, "token": "cycle-b"}))
+    assert "no longer owns" not in json.dumps(held) and Path(path).read_text() == "4102444800\n", held

@@ -79,17 +79,17 @@ def test_the_reference_check_reaches_partial_tiles_only_when_asked():
 
 
 def test_the_staged_worker_runs_from_its_staged_files_alone(tmp_path):
-    """marlin_sweep stages SWEEP_MODULES (bc_sweeprun) for the sweep's interpreter (the host's SGLang venv, without ansible): laid out
+    """marlin_sweep stages SWEEP_FILES (bc_sweeprun) for the sweep's interpreter (the host's SGLang venv, without ansible): laid out
     as it lays them out, the worker imports from those files alone (no site-packages here: no ansible, no torch) and
     answers the preflight, and each staged file is one it imports (a module_util it needs and the list lacks fails)."""
-    from ansible.module_utils.bc_sweeprun import SWEEP_MODULES
+    from ansible.module_utils.bc_sweeprun import SWEEP_FILES
     from ansible.module_utils.bc_unit import SWEEP_MODULE
 
     pkg = tmp_path / "ansible" / "module_utils"
     pkg.mkdir(parents=True)
     for folder in (tmp_path / "ansible", pkg):
         (folder / "__init__.py").write_text("")
-    for name in SWEEP_MODULES:
+    for name in SWEEP_FILES:
         shutil.copy(ROOT / "module_utils" / (name + ".py"), pkg)
     code = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1]); print(json.dumps({'errors': "
             "m.import_errors(['torch']), 'files': sorted(v.__file__ for k, v in sys.modules.items() if k.startswith('ansible'))}))")
@@ -99,4 +99,4 @@ def test_the_staged_worker_runs_from_its_staged_files_alone(tmp_path):
     got = json.loads(out.stdout)
     assert got["errors"] == {"torch": "ModuleNotFoundError: No module named 'torch'"}
     assert all(f.startswith(str(tmp_path)) for f in got["files"]), got["files"]
-    assert sorted(Path(f).stem for f in got["files"] if Path(f).stem.startswith("bc_")) == sorted(SWEEP_MODULES)
+    assert sorted(Path(f).stem for f in got["files"] if Path(f).stem.startswith("bc_")) == sorted(SWEEP_FILES)
