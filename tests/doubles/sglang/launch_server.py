@@ -63,7 +63,10 @@ systemd. Each behaviour names the source it follows (files of the release's whee
   - POST /weights_checker (http_server.py 0.5.16:1443-1459, weight_checker.py:72-85): action checksum answers
     {"success", "message", "ranks": [{checksums, per_gpu_checksum, parallelism_info}] one per TP rank,
     "per_engine_checksum"}; snapshot, compare, reset_tensors answer success without ranks; another action 400;
-    0.5.10 answers success and message only (http_server.py 0.5.10:1193-1200)
+    0.5.10 answers success and message only (http_server.py 0.5.10:1193-1200). The real 0.5.16 answered the same shape on
+    an H200 (ranks[].per_gpu_checksum, parallelism_info {tp_rank, tp_size, dp_rank, dp_size, pp_rank, pp_size, rank,
+    size}), equal before a whole release and after its resume, and another after a resume without the backup
+    (evidence/gpu-runs/2026-12-05-whole/)
   - /v1/completions with "logprobs": N: choices[0].logprobs {tokens, token_logprobs, top_logprobs, text_offset}
     (entrypoints/openai/protocol.py 0.5.16:132-136), the same for the same prompt while the weights are intact
   - GPU memory (BC_DOUBLE_GPU="total_mib,weights_mib,kv_mib"): written to BC_DOUBLE_GPU_STATE
