@@ -15,11 +15,12 @@ PREFIX = "benchmark_cycle_"
 HELP = {
     "last_run_timestamp_seconds": "When the cycle ended (epoch seconds).",
     "success": "1 when the cycle completed and the service serves correctly, else 0.",
-    "strategy_info": "How the sweep got its GPU (beside, release, stop).",
+    "strategy_info": "How the sweep got its GPU (beside, release, release_all, stop).",
     "downtime_seconds": "From the stop or the release until the service answered correctly again (0 beside it).",
     "router_out_seconds": "From the router's remove hook to its restore hook.",
     "phase_seconds": "Seconds of each phase of the cycle.",
     "release_freed_bytes": "GPU memory the in-place release freed, measured with nvidia-smi.",
+    "identity_ok": "After a whole-GPU resume: 1 when the server was proven the one released, else 0 (restarted).",
     "sweep_point_seconds": "Median time of one MoE GEMM call at M tokens.",
     "sweep_point_tflops": "Achieved TFLOP/s at M tokens.",
     "sweep_point_bytes_per_second": "Achieved weight-streaming bandwidth at M tokens.",
@@ -44,7 +45,8 @@ def finite_number(value: Any) -> float | None:
 
 def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None, now: float = 0.0) -> str:
     """The textfile for node_exporter from the cycle's summary (host, unit, failed, strategy,
-    downtime_s, router_out_s, phases {name: s}, freed_mib, gpu_health {phase: report}) and the
+    downtime_s, router_out_s, phases {name: s}, freed_mib, identity {verdict} after a whole-GPU resume, gpu_health
+    {phase: report}) and the
     fetched sweep results. Every sample is a gauge; a value that is not a finite number is left out."""
     base = {"host": summary.get("host", ""), "unit": summary.get("unit", "")}
     samples: dict[str, list[tuple[dict[str, Any], float]]] = {name: [] for name in HELP}
@@ -64,6 +66,9 @@ def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None
         add("phase_seconds", seconds, phase=phase)
     if finite_number(summary.get("freed_mib")) is not None:
         add("release_freed_bytes", float(summary["freed_mib"]) * 1024 * 1024)
+    verdict = (summary.get("identity") or {}).get("verdict") if isinstance(summary.get("identity"), dict) else None
+    if verdict:  # only after a whole-GPU resume; anything but ok is 0 (mismatch, unknown)
+        add("identity_ok", 1 if verdict == "ok" else 0, verdict=verdict)
     for sweep in sweeps or []:
         labels = {"backend": sweep.get("backend", ""), "tp": sweep.get("tp_size", "")}
         for point in sweep.get("points") or []:

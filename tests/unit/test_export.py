@@ -63,6 +63,23 @@ def test_a_failed_cycle_exports_success_0():
     assert "benchmark_cycle_downtime_seconds" not in fam
 
 
+@pytest.mark.parametrize(("identity", "value"), [
+    ({"verdict": "ok", "why": ""}, 1),
+    ({"verdict": "mismatch", "why": "the weights' checksum differs on rank(s) 0"}, 0),
+    ({"verdict": "unknown", "why": "the fingerprint after the resume is absent"}, 0),  # unknown is not ok
+    (None, None),                                                                       # no whole release: no sample
+    ("ok", None),                                                                       # not a verdict: no sample
+])
+def test_a_whole_gpu_resumes_identity_is_exported_and_only_ok_reads_1(identity, value):
+    fam = families(textfile({"host": "h", "unit": "u", "failed": value == 0, "strategy": "release_all", "identity": identity},
+                            [], now=1.0))
+    if value is None:
+        assert "benchmark_cycle_identity_ok" not in fam
+    else:
+        sample = fam["benchmark_cycle_identity_ok"].samples[0]
+        assert sample.value == value and sample.labels["verdict"] == identity["verdict"]
+
+
 def test_junit_has_a_case_per_step_and_a_rescued_failure_still_fails():
     steps = [{"host": "ct200", "step": "cycle_lock", "seconds": 0.4, "failures": [], "skipped": False},
              {"host": "ct200", "step": "gpu_benchmark", "seconds": 14.2, "failures": ["Sweep tp8 sglang: the sweep exited 3"],
