@@ -10,7 +10,10 @@ class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
   url: {description: Base URL of the server., type: str, required: true}
-  engine: {description: Engine profile., type: str, default: sglang, choices: [sglang, llamacpp, vllm]}
+  engine:
+    description: Engine profile, one of the engines of module_utils/bc_engines.py (C(ENGINES)); another is refused naming them.
+    type: str
+    default: sglang
   engine_version: {description: Engine version (the profile is chosen by it)., type: str}
   api_key: {description: Bearer key of the server., type: str}
   api_key_fallbacks:

@@ -67,9 +67,10 @@ options:
     type: path
     default: /var/lib/benchmark-cycle
   engine:
-    description: Engine profile whose exact process titles and executables mark leftovers (O(state=stopped)).
+    description:
+      - Engine profile whose exact process titles and executables mark leftovers (O(state=stopped)).
+      - One of the engines of module_utils/bc_engines.py (C(ENGINES)); another is refused naming them.
     type: str
-    choices: [sglang, llamacpp, vllm]
     default: sglang
   kill_leftovers:
     description: SIGKILL the unit's own server processes still running after the stop; otherwise fail.
@@ -352,7 +353,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bc_engines import ENGINES
+from ansible.module_utils.bc_engines import ENGINES, profile
 from ansible.module_utils.bc_host import (
     HEARTBEAT_OPTION,
     CommandError,
@@ -419,7 +420,7 @@ SPEC: dict[str, Any] = {
     "enabled": {"type": "bool"},
     "systemd_dir": {"type": "path", "default": "/etc/systemd/system"},
     "state_dir": {"type": "path", "default": "/var/lib/benchmark-cycle"},
-    "engine": {"type": "str", "choices": sorted(ENGINES), "default": "sglang"},
+    "engine": {"type": "str", "default": "sglang"},  # checked against ENGINES once, by bc_engines.profile
     "kill_leftovers": {"type": "bool", "default": True},
     "gpu_check": {"type": "bool", "default": True},
     "gpu_free_mib": {"type": "int", "default": 2048},
@@ -438,6 +439,10 @@ REQUIRED_IF = [("state", "present", ["content", "token"]), ("state", "rolled_bac
 
 def problem(p: dict[str, Any]) -> str:
     """The first parameter the unit cannot take, named with the fix; "" when all are sound."""
+    try:
+        profile(p["engine"])
+    except ValueError as err:
+        return str(err)
     if p["state"] == "present" and p["env_file"] and p["env_content"] is None:
         return "env_content is required with env_file for state=present (the environment file's text)"
     for key in ("gpu_free_mib", "gpu_wait_s"):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible.module_utils.bc_engines import ENGINES, version_key
+from ansible.module_utils.bc_engines import version_key
 from ansible.module_utils.bc_health import HttpResult, completion_answer, in_flight, server_message
 from ansible.module_utils.bc_host import flag_on, flag_value, loopback
 from ansible.module_utils.bc_identity import FINGERPRINT
@@ -46,7 +46,7 @@ def json_values(data: Any, dotted: str) -> list[float]:
 # how a module reaches the server's HTTP API (documented once: doc_fragments/inference_server.py)
 SERVER_SPEC: dict[str, Any] = {
     "url": {"type": "str", "required": True},
-    "engine": {"type": "str", "default": "sglang", "choices": sorted(ENGINES)},
+    "engine": {"type": "str", "default": "sglang"},  # checked against ENGINES once, by bc_engines.resolve
     "engine_version": {"type": "str"},
     "api_key": {"type": "str", "no_log": True},
     "api_key_fallbacks": {"type": "list", "elements": "str", "no_log": True, "default": []},

@@ -124,6 +124,11 @@ def test_the_worst_case_is_one_sum_and_the_lease_and_the_switch_follow_from_it(c
     ("marlin_sweep", {"output": "/tmp/never.json", "python": "/nonexistent/python"}, "python=/nonexistent/python is not an executable"),
     ("host_lock", {"path": "/tmp/bc-test.lock", "token": "t", "stale_after": -1, "break_stale": True}, "stale_after must be >= 0"),
     ("inference_unit", {"name": "-H", "state": "started"}, "is not a systemd unit name"),
+    # the engine list is bc_engines.ENGINES alone: another engine is refused naming the known ones
+    ("inference_unit", {"name": "sglang.service", "state": "stopped", "engine": "tgi"}, "use one of: llamacpp, sglang, vllm"),
+    ("inference_health", {"url": "http://127.0.0.1:9", "engine": "tgi"}, "use one of: llamacpp, sglang, vllm"),
+    ("inference_memory_info", {"url": "http://127.0.0.1:9", "engine": "tgi"}, "use one of: llamacpp, sglang, vllm"),
+    ("inference_memory", {"url": "http://127.0.0.1:9", "engine": "tgi", "state": "resumed"}, "use one of: llamacpp, sglang, vllm"),
 ])
 def test_modules_refuse_hostile_input_naming_the_field(module, args, message):
     r = adhoc(module, args, check=module == "marlin_sweep")

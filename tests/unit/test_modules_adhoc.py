@@ -32,7 +32,7 @@ def adhoc(module: str, args: dict, check: bool = False, python: str = sys.execut
     ({"url": "http://127.0.0.1:8080", "timeout": -1}, "timeout must be > 0"),
     ({"url": "http://127.0.0.1:8080", "expect": "4"}, "prompt/expect apply to probe=completion only"),
     ({"url": "http://127.0.0.1:8080", "probe": "ping"}, "value of probe must be one of"),
-    ({"url": "http://127.0.0.1:8080", "engine": "tgi"}, "value of engine must be one of"),
+    ({"url": "http://127.0.0.1:8080", "engine": "tgi"}, "engine 'tgi' is not known; use one of: llamacpp, sglang, vllm"),
 ])
 def test_inference_health_refuses_bad_input(args, message):
     r = adhoc("inference_health", args)
