@@ -221,7 +221,7 @@ from ansible.module_utils.bc_host import (
     redact,
 )
 from ansible.module_utils.bc_host import gpus as host_gpus
-from ansible.module_utils.bc_identity import TOLERANCE, fingerprint, identity, rank_checksums
+from ansible.module_utils.bc_identity import TOLERANCE, checksum_problem, identity, rank_checksums, unreadable
 from ansible.module_utils.bc_release import (
     SERVER_SPEC,
     Release,
@@ -254,9 +254,7 @@ def released(module: AnsibleModule, rel: Release, smi: str | None) -> dict[str, 
     except CommandError as err:
         raise ReleaseError("before the release: %s; nothing was released" % err, "serving") from None
     proof = figures(module, rel) if p["identity"] else None
-    readable = {"checksum": rank_checksums(proof["checksum"]) is not None, "answer": isinstance(proof["answer"], str),
-                "fingerprint": fingerprint(proof["fingerprint"]) is not None} if proof else {}
-    missing = [k for k, ok in readable.items() if not ok]
+    missing = unreadable(proof) if proof else []
     if missing:  # what comes back could not be proven the same: never released, a stop instead
         why = ("the server's %s could not be read before the release, so what a resume gives back could not be proven "
                "the same: nothing was released; the service is stopped instead" % " and ".join(missing))
@@ -333,11 +331,9 @@ def weights_same(module: AnsibleModule, rel: Release, seen: dict[str, Any]) -> C
         got = checksum(rel.http, whole_checker(rel.prof), rel.move_timeout)
         seen["checksum"] = got
         after = rank_checksums(got)
-        if before is None or after is None or before != after:
-            why = ("the weights' checksum after the resume is unreadable or absent" if after is None else
-                   "the weights' checksum differs on rank(s) %s" % ", ".join(
-                       str(r) for r in sorted(set(before or {}) | set(after)) if (before or {}).get(r) != after.get(r)))
-            verdict = {"verdict": "unknown" if after is None else "mismatch", "why": why, "tolerance": TOLERANCE,
+        kind, why = checksum_problem(before, after)
+        if kind:
+            verdict = {"verdict": kind, "why": why, "tolerance": TOLERANCE,
                        "checks": {"checksum": False, "fingerprint": None, "answer": None},
                        "checksums": {"before": before, "after": after}}
             raise ReleaseError("the resumed server cannot be proven the one released (%s: %s): it stays paused and is "

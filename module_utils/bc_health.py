@@ -291,9 +291,12 @@ def completion_answer(body: str) -> tuple[str | None, str]:
         snippet = body.strip().replace("\n", " ")[:80]
         return None, "the completion answer is not JSON (starts %r)" % snippet
     try:
-        return str(data["choices"][0]["text"]), ""
+        text = data["choices"][0]["text"]
     except (KeyError, IndexError, TypeError):
+        text = None
+    if text is None:  # absent or null: not an answer (str(None) would read as the text "None")
         return None, "the completion answer has no choices[0].text"
+    return str(text), ""
 
 
 def server_message(body: str) -> str:

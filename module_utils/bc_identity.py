@@ -77,6 +77,26 @@ def same_fingerprint(before: list[dict[str, float]], after: list[dict[str, float
     return ""
 
 
+def checksum_problem(cb: dict[int, str] | None, ca: dict[int, str] | None) -> tuple[str, str]:
+    """(kind, why) of the per-rank checksums before and after (rank_checksums): ("", "") when equal, ("unknown", ...)
+    when either is unreadable, ("mismatch", ...) naming the ranks that differ."""
+    if cb is None or ca is None:
+        return "unknown", "the weights' checksum %s unreadable or absent" % (
+            "before the release is" if cb is None else "after the resume is")
+    if cb != ca:
+        return "mismatch", "the weights' checksum differs on rank(s) %s" % ", ".join(
+            str(r) for r in sorted(set(cb) | set(ca)) if cb.get(r) != ca.get(r))
+    return "", ""
+
+
+def unreadable(figures: dict[str, Any]) -> list[str]:
+    """Which of the figures read before a release (checksum, fingerprint, answer) cannot be compared later."""
+    readable = {"checksum": rank_checksums(figures.get("checksum")) is not None,
+                "fingerprint": fingerprint(figures.get("fingerprint")) is not None,
+                "answer": isinstance(figures.get("answer"), str) and bool(figures["answer"])}
+    return [k for k, ok in readable.items() if not ok]
+
+
 def identity(before: dict[str, Any], after: dict[str, Any], answer: str, tol: float = TOLERANCE) -> dict[str, Any]:
     """The verdict (ok, mismatch, unknown) and why. `before`/`after`: {"checksum": the /weights_checker answer (parsed
     JSON), "fingerprint": the fixed prompt's /v1/completions answer}; after also "answer": the known-answer completion's
@@ -84,11 +104,9 @@ def identity(before: dict[str, Any], after: dict[str, Any], answer: str, tol: fl
     unknown: list[str] = []
     mismatch: list[str] = []
     cb, ca = rank_checksums(before.get("checksum")), rank_checksums(after.get("checksum"))
-    if cb is None or ca is None:
-        unknown.append("the weights' checksum %s unreadable or absent" % ("before the release is" if cb is None else "after the resume is"))
-    elif cb != ca:
-        mismatch.append("the weights' checksum differs on rank(s) %s" % ", ".join(
-            str(r) for r in sorted(set(cb) | set(ca)) if cb.get(r) != ca.get(r)))
+    kind, why = checksum_problem(cb, ca)
+    if kind:
+        (mismatch if kind == "mismatch" else unknown).append(why)
     fb, fa = fingerprint(before.get("fingerprint")), fingerprint(after.get("fingerprint"))
     if fb is None or fa is None:
         unknown.append("the fingerprint %s absent or empty" % ("before the release is" if fb is None else "after the resume is"))

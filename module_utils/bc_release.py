@@ -274,8 +274,7 @@ def identity_figures(http: Http, prof: dict[str, Any], model: str, prompt: str, 
         out["fingerprint"] = None
     answer = http("POST", prof["completion_path"],
                   dict(named, prompt=prompt, max_tokens=FINGERPRINT["max_tokens"], temperature=0), timeout)
-    text = completion_answer(answer.body)[0] if answer.status == 200 else None
-    out["answer"] = text if text and text != "None" else None  # empty or null: nothing to compare
+    out["answer"] = completion_answer(answer.body)[0] if answer.status == 200 else None
     return out
 
 

@@ -499,3 +499,13 @@ def test_loopback_is_only_an_address_no_one_else_reaches(host, only_here):
     from ansible.module_utils.bc_host import loopback
 
     assert loopback(host) is only_here
+
+
+@pytest.mark.parametrize(("body", "text"), [
+    ('{"choices": [{"text": "4"}]}', "4"),
+    ('{"choices": [{"text": null}]}', None),   # null is no answer, never the text "None"
+    ('{"choices": []}', None),
+    ("<html>", None),
+])
+def test_a_completions_text_is_read_only_where_it_is(body, text):
+    assert completion_answer(body)[0] == text

@@ -69,3 +69,16 @@ def test_what_was_not_read_before_the_release_is_unknown_too():
     assert identity(dict(GOOD, checksum=None), GOOD, "4")["verdict"] == "unknown"
     assert identity(dict(GOOD, fingerprint=None), GOOD, "4")["verdict"] == "unknown"
     assert "was not given" in identity(GOOD, GOOD, "")["why"]
+
+
+@pytest.mark.parametrize(("figures", "missing"), [
+    (GOOD, []),
+    (dict(GOOD, answer=""), ["answer"]),                                  # an empty answer compares with nothing
+    (dict(GOOD, answer=None), ["answer"]),
+    (dict(GOOD, checksum={"success": True, "message": "Success."}), ["checksum"]),  # 0.5.10's shape: no ranks
+    (dict(GOOD, fingerprint=fp({" Paris": float("nan")})), ["fingerprint"]),
+    ({}, ["checksum", "fingerprint", "answer"]),
+])
+def test_what_cannot_be_compared_after_a_resume_is_named_before_the_release(figures, missing):
+    from ansible.module_utils.bc_identity import unreadable
+    assert unreadable(figures) == missing
