@@ -51,7 +51,7 @@ from ansible.module_utils.bc_export import textfile as prom_textfile
 from ansible.module_utils.bc_host import redact as _redact
 from ansible.module_utils.bc_host import vmstat
 from ansible.module_utils.bc_strategy import budget as _budget
-from ansible.module_utils.bc_strategy import choose, sweep_alone
+from ansible.module_utils.bc_strategy import choose, key_rotation, sweep_alone
 from ansible.module_utils.bc_sweepstats import INT4_BACKENDS
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
@@ -254,6 +254,13 @@ def cycle_budget(numbers: dict[str, Any]) -> dict[str, Any]:
     return _budget(numbers)
 
 
+def key_rotation_of(probes: dict[str, Any] | None) -> bool | str | None:
+    """bc_strategy.key_rotation of the preflight's looped key probe (its register: results[0] with the cycle's key
+    alone, results[1] with no key; a loop that did not run gives False)."""
+    results = list((probes or {}).get("results") or [])
+    return key_rotation(results[0] if results else None, results[1] if len(results) > 1 else None)
+
+
 def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None = None, rotation: Any = False) -> dict[str, Any]:
     """The cycle's strategy (beside, release or stop) and why, from the preflight's numbers:
     `sizing` has fits, has_gpu, need_mib (with the margin) and free_mib (the sweep's preflight);
@@ -395,7 +402,7 @@ class FilterModule:
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
-            "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem,
+            "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem, "bc_key_rotation": key_rotation_of,
             "bc_prom_textfile": prom_textfile, "bc_notification": notification, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,
             "bc_bring_back_failure": bring_back_failure, "bc_cycle_verdict": cycle_verdict, "bc_roll_lost": roll_lost,

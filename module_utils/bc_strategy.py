@@ -13,6 +13,7 @@ live server says it can release (bc_release.support, its `whole` for release_all
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 POLICIES = ("auto", "always", "never", "release", "release_all")
@@ -42,6 +43,19 @@ ROTATION = {
                 "it would go on answering anyone without a key", "the live server answers without a key: a restart puts "
                 "bc_api_key in force"),
 }
+
+
+def key_rotation(with_key: dict[str, Any] | None, without_key: dict[str, Any] | None) -> bool | str | None:
+    """What the live server says of the key this cycle installs (choose's `rotation`), from two completion probes
+    (inference_health results): asked with the key alone, and with no key at all. "keyless": it answered with no key
+    (the key is not in force); False: it answered the key, or was not asked (no key, no running server); True: it
+    refused the key (HTTP 401/403: a rotation); None: it said neither (a timeout, a 503: unknown is not "no
+    rotation")."""
+    if (without_key or {}).get("ready") is True:
+        return "keyless"
+    if not with_key or with_key.get("skipped") or with_key.get("ready") is True:
+        return False
+    return True if re.search(r"HTTP 40[13]", str(with_key.get("reason") or "")) else None
 
 
 def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rotation: bool | str | None = False) -> dict[str, Any]:

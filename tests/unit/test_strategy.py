@@ -149,3 +149,22 @@ def test_a_key_that_the_live_server_does_not_enforce_is_put_in_force_or_refused(
     got = decide(policy, SIZING_FITS, RELEASABLE, "keyless")
     assert got["strategy"] == strategy and words in (got["why"] if strategy else got["error"]), got
 
+
+
+@pytest.mark.parametrize(("with_key", "without_key", "rotation"), [
+    ({"ready": True}, {"ready": False, "reason": "the server refused the completion with HTTP 401"}, False),  # in force
+    ({"ready": False, "reason": "the server refused the completion with HTTP 401: Unauthorized"}, {"ready": False}, True),
+    ({"ready": False, "reason": "HTTP 403"}, {"ready": False}, True),
+    ({"ready": True}, {"ready": True}, "keyless"),              # answers anyone: the key is not in force
+    ({"ready": False, "reason": "HTTP 401"}, {"ready": True}, "keyless"),
+    ({"ready": False, "reason": "timed out after 60 s"}, {"ready": False}, None),  # unknown is not "no rotation"
+    ({"ready": False, "reason": "HTTP 503"}, {"ready": False}, None),
+    ({"skipped": True}, {"skipped": True}, False),              # no key, or no running server: nothing to rotate
+    (None, None, False),
+    ({"ready": "true"}, {"ready": "true"}, None),               # only a real true reads as ready
+])
+def test_what_the_live_server_says_of_the_key_is_read_as_a_rotation_or_not(with_key, without_key, rotation):
+    from ansible.module_utils.bc_strategy import key_rotation
+    from bc_filters import key_rotation_of
+    assert key_rotation(with_key, without_key) == rotation
+    assert key_rotation_of({"results": [with_key, without_key]} if with_key is not None else {}) == rotation
