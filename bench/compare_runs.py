@@ -17,12 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
-# the project's shared code under its one import path (see filter_plugins/bc_filters.py)
-ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
-from ansible.module_utils.bc_sweepstats import knee, ratios, series_compare  # noqa: E402
-from ansible.module_utils.bc_sweepstats import series_of as series  # noqa: E402
+# the repository is the collection: collections/ links back to it (tests/conftest.py does the same)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "collections"))
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import knee, ratios, series_compare
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import series_of as series
 
 
 def one_run(res: dict[str, Any]) -> None:

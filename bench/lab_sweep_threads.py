@@ -41,8 +41,8 @@ def inside(python: str, runs: int, cfg: str) -> None:
                 env["OMP_NUM_THREADS"] = threads
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.monotonic()
-            proc = subprocess.run([python, "-m", "ansible.module_utils.bc_marlin"], input=cfg, capture_output=True,
-                                  text=True, env=env, cwd=STAGE, timeout=1800, check=False)
+            proc = subprocess.run([python, "-m", "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_marlin"],
+                                  input=cfg, capture_output=True, text=True, env=env, cwd=STAGE, timeout=1800, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"lab_sweep_threads: the sweep failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
             after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -19,12 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
+# the repository is the collection: collections/ links back to it (tests/conftest.py does the same)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "collections"))
 
-from ansible.module_utils import bc_kernels  # noqa: E402
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_kernels
 
 
 def measure(torch: Any, kernel: Any, s: dict[str, int], m: int, device: Any, dtype: Any, samples: int, seed: int) -> float:

@@ -1,12 +1,18 @@
-"""Each filter's documentation for `ansible-doc -t filter` (a YAML sidecar beside plugins/filter/bc_filters.py in
-the built collection), made from what is already written once: the function's docstring (the description), its
-signature (the input, the positional arguments, their types and defaults) and the first place a playbook or role
-of the project uses it (the example). Nothing here is written by hand for one filter."""
+"""Each filter's documentation for `ansible-doc -t filter` (a YAML sidecar beside plugins/filter/bc_filters.py),
+made from what is already written once: the function's docstring (the description), its signature (the input, the
+positional arguments, their types and defaults) and the places a playbook or role of the project uses it (the
+example). Nothing here is written by hand for one filter.
+
+    .venv/bin/python collection/filter_docs.py           # write plugins/filter/<name>.yml
+    .venv/bin/python collection/filter_docs.py --check   # exit 1 naming each sidecar that differs (./tasks lint)
+"""
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -15,6 +21,10 @@ from typing import Any
 
 import yaml
 
+ROOT = Path(__file__).resolve().parents[1]
+FQCN = "inference_ops.benchmark_cycle"
+# the release that first shipped the filters as the collection's
+VERSION_ADDED = "0.9.0"
 # Python annotations as ansible-doc types
 TYPES = {str: "str", int: "int", float: "float", bool: "bool", dict: "dict", list: "list", tuple: "list"}
 
@@ -32,7 +42,7 @@ def doc_type(annotation: Any) -> str:
 
 def used_in(name: str, root: Path) -> list[str]:
     """The project's playbooks, task files and templates that apply the filter `name`."""
-    pattern = re.compile(r"\|\s*%s\b" % re.escape(name))
+    pattern = re.compile(r"\|\s*(?:%s\.)?%s\b" % (re.escape(FQCN), re.escape(name)))
     paths = sorted([*root.glob("playbooks/**/*.yml"), *root.glob("roles/**/*.yml"), *root.glob("roles/**/*.j2")])
     return [str(p.relative_to(root)) for p in paths if pattern.search(p.read_text(encoding="utf-8"))]
 
@@ -97,3 +107,33 @@ def sidecars(filters: dict[str, Callable[..., Any]], root: Path, fqcn: str, vers
     """{filter name: its sidecar's YAML text} for every filter the plugin registers."""
     return {name: yaml.dump(sidecar(name, fn, root, fqcn, version), Dumper=IndentedDumper, sort_keys=False, width=120)
             for name, fn in sorted(filters.items())}
+
+
+def filters() -> dict[str, Callable[..., Any]]:
+    """The filters the plugin registers (FilterModule.filters), imported by the collection's own name."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.filter.bc_filters import FilterModule  # noqa: PLC0415
+    return FilterModule().filters()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a sidecar differs from what would be written")
+    args = parser.parse_args(argv)
+    folder = ROOT / "plugins" / "filter"
+    want = {folder / ("%s.yml" % name): "---\n" + text for name, text in sidecars(filters(), ROOT, FQCN, VERSION_ADDED).items()}
+    have = set(folder.glob("*.yml"))
+    stale = sorted(str(p.relative_to(ROOT)) for p in set(want) | have if p not in want or not p.exists() or p.read_text() != want[p])
+    if args.check:
+        for rel in stale:
+            print("%s is out of date: run .venv/bin/python collection/filter_docs.py" % rel, file=sys.stderr)
+        return 1 if stale else 0
+    for path in have - set(want):
+        path.unlink()
+    for path, text in want.items():
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,14 +1,12 @@
-"""Make the repo's module_utils importable as ansible.module_utils.* (as AnsiballZ does) and
-its filter plugins importable by name, for tests that call them directly."""
+"""The repository is the collection inference_ops.benchmark_cycle: collections/ (where
+collections/ansible_collections/inference_ops/benchmark_cycle links back to the root) on sys.path makes
+its Python importable by the same full names the plugins use; the filter plugin, the modules and the lab's
+scripts importable by file name, for tests that call them directly."""
 
 import sys
 from pathlib import Path
 
-import ansible.module_utils
-
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-for sub in ("filter_plugins", "library", "lab"):
+for sub in ("collections", "plugins/filter", "plugins/modules", "lab"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))

@@ -40,7 +40,7 @@ UNIT=sglang-k26-ddtree
 play() {  # $1: a name for the logs; the rest: ansible-playbook's arguments
   local name=$1 t; shift; t=$(date +%s.%N)
   sd env PYTHONPATH="/tmp/ansible-site:$PYTHONPATH" ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_FORCE_COLOR=0 \
-    ANSIBLE_CALLBACKS_ENABLED=benchmark_cycle_progress BC_CYCLE_EVENT_LOG="$W/events-$name.jsonl" BC_CYCLE_JUNIT="$W/junit-$name.xml" \
+    ANSIBLE_CALLBACKS_ENABLED=inference_ops.benchmark_cycle.benchmark_cycle_progress BC_CYCLE_EVENT_LOG="$W/events-$name.jsonl" BC_CYCLE_JUNIT="$W/junit-$name.xml" \
     python3 /tmp/ansible-site/bin/ansible-playbook -e @"$W/gpu-vars.json" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   log "$name: rc=$rc in $(since "$t") s; $(grep -E '^[a-z0-9]+ +: ok=' "$W/$name.log" | tail -1 | tr -s ' ')"

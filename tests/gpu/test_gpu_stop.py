@@ -10,8 +10,9 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.bc_host import gpu_query, parse_gpus
-from ansible.module_utils.bc_unit import Unit, UnitError
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpu_query, parse_gpus
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import Unit, UnitError
 
 pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs nvidia-smi and a GPU")
 

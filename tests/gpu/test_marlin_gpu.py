@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-from ansible.module_utils import bc_backends, bc_kernels
-from ansible.module_utils.bc_sweepstats import shard
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_backends, bc_kernels
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import shard
 
 K26 = {"num_experts": 384, "hidden_size": 7168, "intermediate_size": 2048, "top_k": 8, "group_size": 32}
 

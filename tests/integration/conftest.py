@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.bc_host import processes
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -1,7 +1,7 @@
-"""The collection as operators install it: built from the project's layout (collection/build.py), packed by
-ansible-galaxy, installed offline into a collections path of its own, and run against the lab by its FQCN
-with an ansible.cfg that knows nothing of the project's folders (no library, module_utils, filter or role
-paths): every module, module_util, filter, role and the callback the run uses is the collection's."""
+"""The collection as operators install it: the repository packed by `ansible-galaxy collection build` as it is,
+installed offline into a collections path of its own, and run against the lab by its FQCN with an ansible.cfg
+that knows nothing of the clone: every module, module_util, filter, role and the callback the run uses is the
+installed collection's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,13 @@ FQCN = "inference_ops.benchmark_cycle"
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tarball built from this tree and installed offline; returns a folder with an ansible.cfg using it."""
     work = tmp_path_factory.mktemp("collection")
-    out = subprocess.run([sys.executable, str(ROOT / "collection" / "build.py"), "--out", str(work / "build"), "--tarball"],
+    out = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work / "build"), str(ROOT)],
                          capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     tarball = next((work / "build").glob("inference_ops-benchmark_cycle-*.tar.gz"))
-    inst = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "-p", str(work / "collections"),
-                           str(tarball)], capture_output=True, text=True, timeout=300, check=False)
+    # --force: run from the clone, ansible-galaxy counts the clone's own view of the collection (collections/) as installed
+    inst = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--force", "-p",
+                           str(work / "collections"), str(tarball)], capture_output=True, text=True, timeout=300, check=False)
     assert inst.returncode == 0 and "was installed successfully" in inst.stdout, inst.stdout + inst.stderr
     run_dir = work / "site"
     run_dir.mkdir()
@@ -63,8 +63,8 @@ def test_the_installed_collection_documents_its_modules_and_passes_the_syntax_ch
 
 @pytest.mark.path("none.static", real="ansible-lint of the installed collection")
 def test_the_installed_collection_is_lint_clean(installed):
-    """ansible-lint --profile production inside the collection as installed (its generated filter docs, its changelog,
-    its tasks with every name rewritten to the collection's): 47 failures before, none now."""
+    """ansible-lint --profile production inside the collection as installed (its filter docs, its changelog, its
+    tasks): 47 failures when the collection was compiled from the layout, none now."""
     collections = installed.parent / "collections"
     where = collections / "ansible_collections" / "inference_ops" / "benchmark_cycle"
     run = subprocess.run([str(BIN / "ansible-lint"), "--profile", "production", "--nocolor", "-f", "pep8"], cwd=where,
@@ -91,32 +91,37 @@ def test_the_installed_collection_runs_the_cycle_on_the_lab(llama, installed):
     assert sh("systemctl is-active llama-lab").strip() == "active"
 
 
-# a result line of the default callback (result format json) for gpu1: a failure, a loop item's failure, or a message
-VERDICT = re.compile(r"^(?:fatal: \[gpu1\]: FAILED!|failed: \[gpu1\](?: \(item=[^)]*\))?|ok: \[gpu1\]) => (\{.*\})$", re.M)
+def verdict(host: str) -> re.Pattern[str]:
+    """A result line of the default callback (result format json) for `host`: a failure, a loop item's failure, or a
+    message."""
+    h = re.escape(host)
+    return re.compile(r"^(?:fatal: \[%s\]: FAILED!|failed: \[%s\](?: \(item=[^)]*\))?|ok: \[%s\]) => (\{.*\})$" % (h, h, h), re.M)
 
 
-def example_on_the_lab(tmp: Path) -> Path:
-    """A copy of inventory/example, as an operator makes it, whose one host is the lab host (its address, port and key
-    from the lab's inventory; the example's own address is never contacted): every other line as shipped."""
-    inv = tmp / "mysite"
-    shutil.copytree(ROOT / "inventory/example", inv)
+def copy_on_the_lab(tmp: Path, inventory: str) -> Path:
+    """A copy of inventory/<inventory>, as an operator makes it, whose one host is the lab host (its address, port and key
+    from the lab's inventory; the copied inventory's own address is never contacted): every other line as shipped."""
+    inv = tmp / inventory
+    shutil.copytree(ROOT / "inventory" / inventory, inv)
     lab = yaml.safe_load((ROOT / INVENTORY / "hosts.yml").read_text())["all"]
     lab_vars = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    host = hosts["all"]["children"]["inference"]["hosts"]["gpu1"]
+    (name, host), = hosts["all"]["children"]["inference"]["hosts"].items()
     host.update({k: lab["children"]["inference"]["hosts"][HOST][k] for k in ("ansible_host", "ansible_port")},
                 ansible_ssh_private_key_file=lab["vars"]["ansible_ssh_private_key_file"],
                 ansible_ssh_common_args=lab_vars["ansible_ssh_common_args"])
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    return inv
+    return inv, name
 
 
 @pytest.mark.path("refused.preflight", real="the installed collection's preflight against the lab, beside the clone's")
-def test_the_installed_collection_reads_a_copy_of_the_example_inventory_as_the_clone_does(llama, installed, tmp_path):
-    """The operator's first step: a copy of inventory/example (its key through the collection's bc_secret lookup, by
-    its full name) run by the installed collection's playbook reaches the same preflight verdict as the clone's; the
-    short lookup name failed there ("The lookup plugin 'bc_secret' was not found")."""
-    inv, key = example_on_the_lab(tmp_path), "sk-example-copy-5e0c7d"
+@pytest.mark.parametrize("inventory", ["example", "ct200"])
+def test_the_installed_collection_reads_a_copy_of_an_inventory_as_the_clone_does(llama, installed, tmp_path, inventory):
+    """The operator's first step: a copy of inventory/example, or of the real site's inventory/ct200 (its key through the
+    collection's bc_secret lookup, by its full name), run by the installed collection's playbook reaches the same
+    preflight verdict as the clone's; the short lookup name failed there ("The lookup plugin 'bc_secret' was not
+    found")."""
+    (inv, host), key = copy_on_the_lab(tmp_path, inventory), "sk-example-copy-5e0c7d"
     same = {"BC_API_KEY": key, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
     verdicts = []
     for playbook, cwd, env in ((f"{FQCN}.benchmark_cycle", installed, site_env(installed, **same)),
@@ -125,8 +130,8 @@ def test_the_installed_collection_reads_a_copy_of_the_example_inventory_as_the_c
                              capture_output=True, text=True, timeout=900, check=False)
         out = run.stdout + run.stderr
         assert "was not found" not in out and "Traceback" not in out and key not in out, out[-3000:]
-        # what the preflight said of gpu1: its refusal, or its plan (every message of a failed or said task, in order)
-        said = [json.loads(m).get("msg") for m in VERDICT.findall(out)]
+        # what the preflight said of the host: its refusal, or its plan (every message of a failed or said task, in order)
+        said = [json.loads(m).get("msg") for m in verdict(host).findall(out)]
         said = [m for m in said if isinstance(m, str)]
         assert said, out[-3000:]
         verdicts.append((run.returncode, said))

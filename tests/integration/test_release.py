@@ -339,7 +339,8 @@ def test_a_controller_killed_mid_sweep_with_a_request_held_then_a_rerun_serves_w
     before = main_pid()
     # a client's request reaches the paused server: held in its front end
     kill_controller_mid_sweep(extra, hold_a_request)
-    assert "ansible.module_utils.bc_marlin" in sh("pgrep -af [b]c_marlin || true")  # the dead cycle's sweep runs on
+    # the dead cycle's sweep runs on
+    assert "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_marlin" in sh("pgrep -af [b]c_marlin || true")
     # the re-run's own sweep is short and ungated, and its budget is not the dead cycle's 60 s (a busy machine starves a
     # CPU sweep)
     rerun = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_sweep_python=LAB_SWEEP_PYTHON, bc_sweep_iters=3,
@@ -351,7 +352,7 @@ def test_a_controller_killed_mid_sweep_with_a_request_held_then_a_rerun_serves_w
     decided = re.findall(r"the sweep runs beside the live service|the service will be drained and its KV cache released", text)
     assert decided[-1].startswith("the service will be drained"), decided
     assert main_pid() != before and '"text": "4"' in answer()  # restarted, not resumed, and serving
-    assert "ansible.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true")
+    assert "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_marlin" not in sh("pgrep -af [b]c_marlin || true")
     assert router() == ["remove", "remove", "restore"]  # the dead cycle's, the re-run's own drain, and back once
     assert sh(f"systemctl show -p ActiveState --value {UNIT}").strip() == "active"
     assert sh("systemctl --failed --no-legend --plain").strip() == ""

@@ -20,7 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ansible.module_utils.bc_engines import resolve
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/unit"))
@@ -55,7 +56,7 @@ class Server:
 
     def children(self) -> list[dict]:
         """The server's processes (its session: the API server, the EngineCore, the workers), as /proc shows them."""
-        from ansible.module_utils.bc_host import processes
+        from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import processes
 
         sid = os.getsid(self.proc.pid)
         out = []
@@ -108,7 +109,7 @@ def vllm_to_kill(tmp_path_factory: pytest.TempPathFactory):
 
 def complete(server: Server, results: list, max_tokens: int, timeout: float = 300) -> threading.Thread:
     """A completion in a thread of its own; its (status, body) lands in `results`."""
-    from ansible.module_utils.bc_health import request
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import request
 
     payload = {"model": "tiny", "prompt": "2+2=", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
     thread = threading.Thread(target=lambda: results.append(
@@ -156,8 +157,8 @@ def test_a_real_vllm_is_ready_answers_and_reads_idle_through_the_projects_health
 
 @pytest.mark.path("none.server", real="a real vLLM's process table")
 def test_the_stop_recognises_every_process_of_the_real_server(vllm):
-    from ansible.module_utils.bc_engines import ENGINES
-    from ansible.module_utils.bc_unit import engine_process
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import engine_process
 
     spec = ENGINES["vllm"]["processes"]
     procs = {p["pid"]: p for p in vllm.children()}
@@ -178,8 +179,9 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
     engine's own gauges are its last report (0 and 0 when this was first run); the project's drain counts the API
     server's own count (/load, --enable-server-load-tracking, believed from the server's command line), and its
     readiness asks the engine for a token."""
-    from ansible.module_utils.bc_health import in_flight, request
     from inference_health import load_fields
+
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import in_flight, request
 
     prof = resolve("vllm", vllm.version)[0]
     main = next(p for p in vllm.children() if p["pid"] == vllm.proc.pid)
@@ -255,14 +257,14 @@ def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
 
 
 def request_body(url: str) -> str:
-    from ansible.module_utils.bc_health import request
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import request
 
     return request("GET", url, 5, None, [""], True).body.replace(" ", "")
 
 
 @pytest.mark.path("none.server", real="a real vLLM whose engine is killed")
 def test_a_dead_engine_is_judged_dead_at_once_with_vllms_own_words(vllm_to_kill):
-    from ansible.module_utils.bc_health import classify, request
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import classify, request
 
     engine = engine_core(vllm_to_kill)
     os.kill(engine, signal.SIGKILL)

@@ -145,7 +145,7 @@ def test_a_cycle_never_stops_a_vllm_whose_stalled_engine_still_holds_requests(vl
     """The EngineCore stopped (SIGSTOP: a hung engine) with two requests open from a client. vLLM's /health answers 200
     and its engine gauges read 0 (test_vllm.py); the drain reads the API server's own count and waits, and at its
     deadline (abort) the cycle fails without stopping the service: nothing in flight is cut."""
-    from ansible.module_utils.bc_health import request
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import request
 
     vllm_host.serving()
     main = vllm_host.show("MainPID")

@@ -21,14 +21,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PLAY = yaml.safe_load((ROOT / "awx/configure.yml").read_text())[0]
-VERSION = yaml.safe_load((ROOT / "collection/galaxy.yml").read_text())["version"]
+VERSION = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
 TAG = "v" + VERSION
 MACHINE = {"id": 7, "name": "ct200 root ssh", "kind": "ssh"}
 # what configure.yml reads from the tree: the play and its surveys, the version, the contract and the site's settings
-# (the survey's derived readiness budget), the project's plugins (ansible.cfg's paths)
-TREE = ("awx", "collection/galaxy.yml", "playbooks/vars/contract.yml", "inventory/ct200/group_vars/all.yml",
-        "roles/service_drain/defaults/main.yml", "ansible.cfg",
-        "filter_plugins", "module_utils", "lookup_plugins", "callback_plugins")
+# (the survey's derived readiness budget); the collection's plugins come through collections/ (linked below)
+TREE = ("awx", "galaxy.yml", "playbooks/vars/contract.yml", "inventory/ct200/group_vars/all.yml",
+        "roles/service_drain/defaults/main.yml", "ansible.cfg")
 
 
 class AwxApiDouble:
@@ -194,7 +193,7 @@ def test_the_project_pins_a_ref_that_exists(tmp_path, awx, clone, tag, ref, pass
 def rendered(expr: str, *extra: str):
     """`expr` templated with the play's vars as the play would (playbook_dir: awx/), by a real `ansible` run."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline", ANSIBLE_CALLBACKS_ENABLED="benchmark_cycle_progress")
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress")
     proc = subprocess.run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "--playbook-dir", str(ROOT / "awx"),
                            "-e", json.dumps(PLAY["vars"]), *extra, "-e", f"ansible_python_interpreter={sys.executable}",
                            "-m", "ansible.builtin.debug", "-a", json.dumps({"msg": expr})],
@@ -207,7 +206,8 @@ def worst_case_s(readiness_s: int) -> int:
     """The cycle's worst case (bc_strategy.budget, the preflight's) on ct200 with the survey's most expensive answers:
     derived here from the survey's choices, the site's inventory over the contract's defaults, and the roles' defaults."""
     import bc_filters  # noqa: F401 - registers module_utils/ as ansible.module_utils (the project layout)
-    from ansible.module_utils.bc_strategy import budget
+
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import budget
 
     survey = {q["variable"]: q for q in json.loads((ROOT / "awx/survey.json").read_text())["spec"]}
     contract = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]

@@ -17,7 +17,7 @@ PLAY = yaml.safe_load((ROOT / "awx/configure.yml").read_text())[0]
 AWX_TASKS = [t for t in PLAY["tasks"] if any(k.startswith("awx.awx.") for k in t)]
 ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), CONTROLLER_HOST="https://127.0.0.1:9",
            CONTROLLER_OAUTH_TOKEN="dummy-token", CONTROLLER_VERIFY_SSL="false", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline", ANSIBLE_CALLBACKS_ENABLED="benchmark_cycle_progress")
+           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress")
 
 
 def test_awx_playbook_syntax():
@@ -147,7 +147,7 @@ def test_the_jobs_run_on_the_projects_ee_with_the_secrets_and_a_pinned_release()
     assert ee["name"] == "{{ awx_ee_name }}" and ee["pull"] == "missing"
     project = task("awx.awx.project")
     assert project["allow_override"] is False and project["scm_branch"] == "{{ awx_scm_branch }}"
-    version = yaml.safe_load((ROOT / "collection/galaxy.yml").read_text())["version"]
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
     assert rendered("{{ awx_scm_branch }}") == "v" + version  # the release tag, never a moving branch
     assert rendered("{{ awx_ee_image }}").endswith(":v" + version)
     # the secrets credential: made from BC_API_KEY at apply time without logging it, never modified on a re-apply

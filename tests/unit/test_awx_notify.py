@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.module_utils.bc_bringback import plan
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "awx/configure.yml").read_text()

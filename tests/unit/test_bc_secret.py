@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "lookup_plugins"))
+sys.path.insert(0, str(ROOT / "plugins" / "lookup"))
 from bc_secret import SecretError, read_secret
 
 KEY = "sk-file-secret-7d1e"

@@ -23,7 +23,7 @@ SOURCES = [p for d in ("playbooks", "roles", "inventory", "awx", "molecule") for
 
 
 # and the shared code's files (module_utils/bc_*.py), named in comments and descriptions
-FILES = {p.stem for p in (ROOT / "module_utils").glob("bc_*.py")} | {p.stem for p in (ROOT / "lookup_plugins").glob("bc_*.py")}
+FILES = {p.stem for p in (ROOT / "module_utils").glob("bc_*.py")} | {p.stem for p in (ROOT / "plugins" / "lookup").glob("bc_*.py")}
 
 
 def names_in(text: str) -> set[str]:
@@ -106,7 +106,7 @@ def test_the_unit_roles_settings_are_exactly_the_engines_flags():
     """The settings the service_unit role takes (its argument spec, which types them and refuses a typo
     naming it) are the union of the engines' flags (bc_engines.ENGINES[*]["flags"]), and each engine's
     program is the role's: one list of what the unit can be told."""
-    from ansible.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
 
     spec = yaml.safe_load((ROOT / "roles/service_unit/meta/argument_specs.yml").read_text())
     settings = spec["argument_specs"]["main"]["options"]["service_unit_settings"]["options"]

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.bc_contract import problems
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import problems
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT: dict[str, dict[str, Any]] = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
@@ -122,8 +123,8 @@ def test_every_setting_says_what_absent_and_empty_mean():
 
 
 def test_the_contracts_choices_are_the_codes_own():
-    from ansible.module_utils.bc_engines import ENGINES
-    from ansible.module_utils.bc_strategy import POLICIES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import POLICIES
 
     assert set(CONTRACT["bc_engine"]["choices"]) == set(ENGINES)
     assert set(CONTRACT["bc_stop_policy"]["choices"]) == set(POLICIES)

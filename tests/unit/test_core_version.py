@@ -31,5 +31,5 @@ def test_a_range_that_cannot_be_read_refuses_every_version():
 
 def test_the_range_is_the_collections_own_and_admits_the_core_running_here():
     from packaging.specifiers import SpecifierSet
-    assert len(SpecifierSet(_requires_ansible())) == 2  # a floor and a ceiling, read from collection/meta/runtime.yml
+    assert len(SpecifierSet(_requires_ansible())) == 2  # a floor and a ceiling, read from meta/runtime.yml
     assert core_problem(running) == ""

@@ -171,8 +171,9 @@ def psutil_like() -> list[tuple[int, str]]:
 
 def test_the_vllm_unit_runs_vllm_serve_and_the_stop_knows_both_programs():
     import yaml
-    from ansible.module_utils.bc_engines import ENGINES
-    from ansible.module_utils.bc_unit import engine_process
+
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import engine_process
 
     engines = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
     assert engines["vllm"]["exec"] == ["{{ service_unit_python | dirname }}/vllm", "serve"]
@@ -199,7 +200,7 @@ def test_what_a_whole_release_reads_of_the_server_is_a_start_flag_of_every_relea
     """/server_info is dataclasses.asdict(server_args) (http_server.py 0.5.16:743-762): every field the whole release
     reads as "the server was started with it" is a flag of that release's argparse, and the setting that turns the
     backup on renders a flag the release takes."""
-    from ansible.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
 
     flags = json.loads((DOUBLE / "sglang/flags" / f"{version}.json").read_text())["flags"]
     whole = ENGINES["sglang"]["release"]["whole"]

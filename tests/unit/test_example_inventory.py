@@ -20,7 +20,7 @@ import yaml
 from bc_filters import given, settings_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "lookup_plugins"))
+sys.path.insert(0, str(ROOT / "plugins" / "lookup"))
 from bc_secret import read_secret
 
 EXAMPLE = ROOT / "inventory/example"

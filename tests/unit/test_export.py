@@ -18,10 +18,17 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.bc_contract import problems
-from ansible.module_utils.bc_export import NOTIFY_FAILURE_MAX, junit, notification, router_state, textfile
 from junitparser import Failure, JUnitXml, Skipped
 from prometheus_client.parser import text_string_to_metric_families
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import problems
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_export import (
+    NOTIFY_FAILURE_MAX,
+    junit,
+    notification,
+    router_state,
+    textfile,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = {"backend": "sglang", "tp_size": 8, "wall_s": 14.2,
@@ -256,7 +263,7 @@ def run_notify(tmp_path: Path, url: str, summary: dict[str, Any], on: list[str] 
              "tasks": [{"name": "The cycle's notify tasks", "ansible.builtin.include_tasks": str(ROOT / "roles/cycle/tasks/notify.yml")}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     env = dict({k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               BC_CYCLE_EVENT_LOG=str(tmp_path / "events.jsonl"), ANSIBLE_CALLBACKS_ENABLED="benchmark_cycle_progress",
+               BC_CYCLE_EVENT_LOG=str(tmp_path / "events.jsonl"), ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                NO_PROXY="*", no_proxy="*")
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-v", "-i", "localhost,", "-c", "local",

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.bc_contract import installed_key, key_problem, problems, unit_name
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import (
+    installed_key,
+    key_problem,
+    problems,
+    unit_name,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
@@ -107,7 +113,7 @@ def test_the_unit_is_one_name():
 
 
 def test_the_keys_a_running_server_may_hold_come_from_every_place_on_the_host():
-    from ansible.module_utils.bc_contract import server_keys
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import server_keys
 
     environ = "PATH=/usr/bin\x00LLAMA_API_KEY=sk-running\x00HOME=/root\x00"
     installed = 'LLAMA_API_KEY="sk-new"\n'
@@ -147,7 +153,7 @@ def test_engine_flags_with_token_in_their_name_are_not_secrets():
 
 
 def test_hook_secrets_take_the_value_after_a_token_flag_and_the_body_and_messages_never_quote_them():
-    from ansible.module_utils.bc_endpoints import hook_secrets
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_endpoints import hook_secrets
 
     hook = {"argv": ["/usr/local/bin/lb", "--token", "Zq9xSECRET", "--auth=AbcSECRET2"]}
     assert {"Zq9xSECRET", "AbcSECRET2"} <= set(hook_secrets(hook, {"url": "https://lb/x", "body": {"a": {"t": "BodySECRET3"}}}))
@@ -157,7 +163,7 @@ def test_hook_secrets_take_the_value_after_a_token_flag_and_the_body_and_message
 
 
 def test_unrepairable_memory_fails_the_gpu():
-    from ansible.module_utils.bc_gpuhealth import judge, parse_smi_xml
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_gpuhealth import judge, parse_smi_xml
 
     xml = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
     bad = xml.replace("<unrepairable_memory>No</unrepairable_memory>", "<unrepairable_memory>Yes</unrepairable_memory>")

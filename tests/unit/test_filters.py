@@ -1,8 +1,6 @@
 """Filter plugins: pure functions, driven with literal inputs."""
 
 import pytest
-from ansible.module_utils.bc_engines import flag_for_version
-from ansible.module_utils.bc_health import reload_line
 from bc_filters import (
     FilterModule,
     cli_args,
@@ -11,6 +9,9 @@ from bc_filters import (
     oom_kills_since,
     systemd_quote,
 )
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import flag_for_version
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import reload_line
 
 F = FilterModule().filters()
 
@@ -163,15 +164,15 @@ def test_roll_lost_stops_a_real_serial_play_at_an_unreachable_host(tmp_path):
   tasks:
     - ansible.builtin.fail: {msg: "{{ __roll.why }}"}
       when: __roll.stop
-      vars: {__roll: "{{ ansible_play_hosts_all | bc_roll_lost(hostvars, 0) }}"}
+      vars: {__roll: "{{ ansible_play_hosts_all | inference_ops.benchmark_cycle.bc_roll_lost(hostvars, 0) }}"}
     - ansible.builtin.set_fact: {cycle_batch: "{{ ansible_play_batch }}"}
     - ansible.builtin.command: 'true'
       changed_when: false
     - ansible.builtin.set_fact: {cycle_completed: true}
 """)
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(play)], cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_FILTER_PLUGINS": str(root / "filter_plugins"),
-                               "ANSIBLE_MODULE_UTILS": str(root / "module_utils"), "ANSIBLE_NOCOLOR": "1"},
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_COLLECTIONS_PATH": str(root / "collections"),
+                               "ANSIBLE_NOCOLOR": "1"},
                           capture_output=True, text=True, timeout=300, check=False)
     out = " ".join(proc.stdout.split())
     assert proc.returncode != 0

@@ -11,8 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bc_gpuhealth import dcgm_failures, judge, parse_smi_xml, xid_events
 from test_modules_adhoc import adhoc
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_gpuhealth import (
+    dcgm_failures,
+    judge,
+    parse_smi_xml,
+    xid_events,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = (ROOT / "tests/unit/fixtures/h200/nvidia-smi-q.xml").read_text()
@@ -150,7 +156,7 @@ def module_with(tmp_path: Path, xml: str | None, args: dict | None = None) -> di
     (True, ["0"], False, "GPU(s) 0 were asked for"),
 ])
 def test_no_nvidia_smi_is_never_healthy_and_a_problem_unless_the_host_is_declared_gpu_less(required, expect, no_gpu, said):
-    from ansible.module_utils.bc_gpuhealth import without_smi
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_gpuhealth import without_smi
 
     got = without_smi(required, expect)
     assert got["checked"] is False and got["healthy"] is False and got["no_gpu"] is no_gpu, got
@@ -309,7 +315,7 @@ def test_an_xid_line_in_a_form_not_known_here_is_a_problem_not_no_xid():
 
 
 def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):
-    from ansible.module_utils.bc_gpuhealth import judge as judge_
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_gpuhealth import judge as judge_
     pre = judge_(parse_smi_xml(H200), [], [])
     post = judge_(parse_smi_xml(faulty("<gpu_temp>33 C</gpu_temp>", "<gpu_temp>91 C</gpu_temp>")), [], [])
     health = {p: dict(v, healthy=v["healthy"], host_time=1.0) for p, v in (("pre", pre), ("post", post))}
@@ -326,8 +332,8 @@ def test_the_readings_go_into_the_report_and_the_history_line(tmp_path):
 
 
 def test_a_host_declared_gpu_less_is_reported_as_having_no_gpu_not_as_healthy_or_sick():
-    from ansible.module_utils.bc_gpuhealth import without_smi
-    from ansible.module_utils.bc_report import health_summary, render
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_gpuhealth import without_smi
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_report import health_summary, render
 
     pre = dict(without_smi(False), concerns=[], host_time=1.0)
     assert health_summary({"pre": pre})["pre"]["no_gpu"] is True

@@ -5,8 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bc_engines import resolve
-from ansible.module_utils.bc_health import (
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import resolve
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import (
     HttpResult,
     classify,
     completion_answer,
@@ -17,7 +18,7 @@ from ansible.module_utils.bc_health import (
     queued_job,
     startup_phases,
 )
-from ansible.module_utils.bc_host import parse_show
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import parse_show
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIVE = {"Id": "sglang-k26-ddtree.service", "ActiveState": "active", "SubState": "running", "NRestarts": 0,
@@ -381,7 +382,7 @@ def test_a_health_check_that_timed_out_is_not_fatal_and_old_lines_are_history():
     ({"SGLANG_HEALTH_CHECK_TIMEOUT": "0"}, 15.0, 25.0),
 ])
 def test_the_hung_scheduler_threshold_follows_the_servers_health_check_timeout(environ, hung, wait):
-    from ansible.module_utils.bc_engines import ENGINES, with_health_timeout
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES, with_health_timeout
 
     prof = with_health_timeout(ENGINES["sglang"], environ)
     assert (prof["hung_503_after_s"], prof["min_timeout_s"]) == (hung, wait)
@@ -404,7 +405,7 @@ def test_a_503_that_took_the_health_check_timeout_is_a_hung_scheduler_not_a_warm
     ({"SGLANG_HEALTH_CHECK_TIMEOUT": "16"}, 12, False),  # a 503 at once: starting, not hung
 ])
 def test_a_hung_scheduler_is_judged_at_its_first_probe_by_the_servers_own_timeout(environ, latency_ms, hung):
-    from ansible.module_utils.bc_engines import ENGINES, with_health_timeout
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES, with_health_timeout
 
     r = classify(with_health_timeout(ENGINES["sglang"], environ), "status", HttpResult(503, "", latency_ms=latency_ms), ACTIVE, 0)
     assert r["failed"] is hung and ("hung scheduler" in r["reason"]) is hung, r
@@ -457,8 +458,8 @@ def test_the_real_sglang_0_5_16_journal_moves_the_stage_through_each_step():
 
 
 def test_sglang_tp1_process_titles_are_matched():
-    from ansible.module_utils.bc_engines import ENGINES
-    from ansible.module_utils.bc_unit import engine_process
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import engine_process
 
     spec = ENGINES["sglang"]["processes"]
     # seen on the real 0.5.16 at TP1: no _TP0 suffix
@@ -483,7 +484,7 @@ def test_sglang_tp1_process_titles_are_matched():
     ([], "--host", False, None),
 ])
 def test_flags_are_read_from_an_argv_as_argparse_would(argv, flag, on, value):
-    from ansible.module_utils.bc_host import flag_on, flag_value
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import flag_on, flag_value
 
     assert on is None or flag_on(argv, flag) is on
     assert flag_value(argv, flag) == value
@@ -496,7 +497,7 @@ def test_flags_are_read_from_an_argv_as_argparse_would(argv, flag, on, value):
     (None, False), ("", False), ("0.0.0.0", False), ("::", False), ("10.0.0.5", False), ("gpu1.example", False),
 ])
 def test_loopback_is_only_an_address_no_one_else_reaches(host, only_here):
-    from ansible.module_utils.bc_host import loopback
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import loopback
 
     assert loopback(host) is only_here
 

@@ -12,8 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
-from ansible.module_utils.bc_host import beat, beat_until, lost_lock
 from sweep_wait import job_state
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import beat, beat_until, lost_lock
 
 
 def test_a_beat_promises_the_calls_own_worst_case_plus_the_silence_after_it(tmp_path):
@@ -97,7 +98,7 @@ def test_the_jobs_warnings_are_read_whatever_form_ansible_core_wrote_them_in():
 def test_a_disarmed_switchs_promise_is_removed_only_from_this_cycles_lock(tmp_path):
     """After the start (the switch disarmed) a stale promise would make a live holder, waiting minutes for its
     server, look dead to the next cycle: it is removed - but never from a lock another cycle took over."""
-    from ansible.module_utils.bc_host import end_beat
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import end_beat
 
     (tmp_path / "owner.json").write_text(json.dumps({"token": "mine"}))
     path = tmp_path / "heartbeat"

@@ -5,7 +5,8 @@ empty or unreadable is unknown, and unknown restarts it as a mismatch does."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bc_identity import TOLERANCE, identity
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_identity import TOLERANCE, identity
 
 
 def checksum(*sums: str, success: bool = True) -> dict:
@@ -80,5 +81,5 @@ def test_what_was_not_read_before_the_release_is_unknown_too():
     ({}, ["checksum", "fingerprint", "answer"]),
 ])
 def test_what_cannot_be_compared_after_a_resume_is_named_before_the_release(figures, missing):
-    from ansible.module_utils.bc_identity import unreadable
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_identity import unreadable
     assert unreadable(figures) == missing

@@ -13,8 +13,17 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from ansible.module_utils import bc_backends, bc_builders, bc_kernels, bc_marlin, bc_report, bc_tuner
-from ansible.module_utils.bc_sweepstats import (
+from test_modules_adhoc import adhoc
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import (
+    bc_backends,
+    bc_builders,
+    bc_kernels,
+    bc_marlin,
+    bc_report,
+    bc_tuner,
+)
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
     GIB,
     ShapeError,
     backend_list,
@@ -28,7 +37,6 @@ from ansible.module_utils.bc_sweepstats import (
     validate,
     winners,
 )
-from test_modules_adhoc import adhoc
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests/unit/fixtures/h200"
@@ -330,7 +338,7 @@ def test_a_replay_file_given_relative_is_read_from_where_the_module_runs(tmp_pat
 
 
 def test_the_report_compares_with_the_previous_run_of_the_same_routing():
-    from ansible.module_utils.bc_report import history_line, previous_run
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_report import history_line, previous_run
 
     res = json.loads((FIX / "sweep-tp8-kernels-run1.json").read_text())
     zipf_first = dict(res, series=[s for s in res["series"] if s["routing"] != "uniform"])
@@ -539,7 +547,7 @@ def rows_of(table: dict) -> list[dict]:
 
 
 def test_the_fastest_backend_per_m_band_and_the_cost_of_one_backend_for_all():
-    from ansible.module_utils.bc_sweepstats import bands, one_backend_cost
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import bands, one_backend_cost
 
     rows = rows_of({("uniform", 256): {"sglang": 1.0, "triton_tuned": 2.0, "torch": 4.0},
                     ("uniform", 512): {"sglang": 1.5, "triton_tuned": 2.0, "torch": 4.0},

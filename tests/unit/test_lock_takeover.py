@@ -13,13 +13,13 @@ from pathlib import Path
 
 import host_lock
 import pytest
-from ansible.module_utils.bc_host import guard_file
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import guard_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import json, os, sys, time
-import ansible.module_utils
-ansible.module_utils.__path__.append(%(mu)r)
+sys.path.insert(0, %(mu)r)
 sys.path.insert(0, %(lib)r)
 import host_lock
 pause = float(sys.argv[3])
@@ -46,7 +46,7 @@ def dead_lock(path: Path) -> dict:
 
 
 def race(path: Path, judged: dict, contenders: int, pause: float) -> list[dict]:
-    script = CHILD % {"mu": str(ROOT / "module_utils"), "lib": str(ROOT / "library")}
+    script = CHILD % {"mu": str(ROOT / "collections"), "lib": str(ROOT / "library")}
     procs = [subprocess.Popen([sys.executable, "-c", script, str(path), json.dumps(judged), str(pause)],
                               stdout=subprocess.PIPE, text=True) for _ in range(contenders)]
     time.sleep(1.5)  # every contender imported and waiting

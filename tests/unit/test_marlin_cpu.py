@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from ansible.module_utils import bc_backends, bc_kernels, bc_marlin
-from ansible.module_utils.bc_sweepstats import shard
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_backends, bc_kernels, bc_marlin
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import shard
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"num_experts": 8, "hidden_size": 64, "intermediate_size": 64, "top_k": 2, "group_size": 32, "num_bits": 4}
@@ -82,17 +82,18 @@ def test_the_staged_worker_runs_from_its_staged_files_alone(tmp_path):
     """marlin_sweep stages SWEEP_FILES (bc_sweeprun) for the sweep's interpreter (the host's SGLang venv, without ansible): laid out
     as it lays them out, the worker imports from those files alone (no site-packages here: no ansible, no torch) and
     answers the preflight, and each staged file is one it imports (a module_util it needs and the list lacks fails)."""
-    from ansible.module_utils.bc_sweeprun import SWEEP_FILES
-    from ansible.module_utils.bc_unit import SWEEP_MODULE
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweeprun import SWEEP_FILES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import SWEEP_MODULE
 
-    pkg = tmp_path / "ansible" / "module_utils"
+    parts = SWEEP_MODULE.split(".")[:-1]  # the package, laid out as stage_sweep_package lays it out
+    pkg = tmp_path.joinpath(*parts)
     pkg.mkdir(parents=True)
-    for folder in (tmp_path / "ansible", pkg):
-        (folder / "__init__.py").write_text("")
+    for depth in range(1, len(parts) + 1):
+        tmp_path.joinpath(*parts[:depth], "__init__.py").write_text("")
     for name in SWEEP_FILES:
-        shutil.copy(ROOT / "module_utils" / (name + ".py"), pkg)
+        shutil.copy(ROOT / "plugins" / "module_utils" / (name + ".py"), pkg)
     code = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1]); print(json.dumps({'errors': "
-            "m.import_errors(['torch']), 'files': sorted(v.__file__ for k, v in sys.modules.items() if k.startswith('ansible'))}))")
+            "m.import_errors(['torch']), 'files': sorted(v.__file__ for k, v in sys.modules.items() if k.startswith('ansible_collections.'))}))")
     out = subprocess.run([sys.executable, "-S", "-c", code, SWEEP_MODULE], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)),
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr

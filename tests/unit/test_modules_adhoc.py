@@ -11,14 +11,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
+COLLECTION = "inference_ops.benchmark_cycle"
 
 
 def adhoc(module: str, args: dict, check: bool = False, python: str = sys.executable) -> dict:
+    """The collection's `module` (its name in the collection) run once on localhost."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_CALLBACKS_ENABLED="benchmark_cycle_progress")
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress")
     cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={python}",
-           "-m", module, "-a", json.dumps(args)] + (["--check"] if check else [])
+           "-m", "%s.%s" % (COLLECTION, module), "-a", json.dumps(args)] + (["--check"] if check else [])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False).stdout
     head, _, body = out[out.index("localhost |"):].partition("=>")
     result, _end = json.JSONDecoder().raw_decode(body.strip())

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.module_utils.bc_engines import ENGINES
-from ansible.module_utils.bc_sweepstats import BACKENDS
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 

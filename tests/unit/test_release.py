@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bc_engines import resolve
-from ansible.module_utils.bc_health import HttpResult, request
-from ansible.module_utils.bc_identity import identity
-from ansible.module_utils.bc_release import (
+from test_modules_adhoc import adhoc
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import resolve
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import HttpResult, request
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_identity import identity
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_release import (
     Release,
     ReleaseError,
     env_true,
@@ -29,9 +31,7 @@ from ansible.module_utils.bc_release import (
     support,
     whole_support,
 )
-from ansible.module_utils.bc_strategy import choose
-from test_modules_adhoc import adhoc
-
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import choose
 from lab import free_port  # lab/lab.py (tests/conftest.py puts lab/ on the path)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -347,7 +347,7 @@ def test_the_module_refuses_bad_input_and_a_missing_device(server, smi_path):
 def scripted(answers: dict[str, list[int | None]], calls: list[str]):
     """An HTTP exchange that answers each path with the next scripted status (None: no answer), as a
     front end that fails in that way would; what was asked is recorded."""
-    from ansible.module_utils.bc_health import HttpResult
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import HttpResult
 
     def http(method, path, payload, timeout):
         calls.append(path)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bc_unit import Unit, UnitError
 from test_unit_lifecycle import SystemctlDouble
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import Unit, UnitError
 
 
 class StoppingSystemctl(SystemctlDouble):

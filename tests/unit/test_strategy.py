@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bc_strategy import budget, choose, sweep_alone
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import budget, choose, sweep_alone
 
 GPU_FITS = {"has_gpu": True, "fits": True, "need_mib": 17000, "free_mib": 60000}
 GPU_FULL = {"has_gpu": True, "fits": False, "need_mib": 17000, "free_mib": 9000}
@@ -164,7 +165,8 @@ def test_a_key_that_the_live_server_does_not_enforce_is_put_in_force_or_refused(
     ({"ready": "true"}, {"ready": "true"}, None),               # only a real true reads as ready
 ])
 def test_what_the_live_server_says_of_the_key_is_read_as_a_rotation_or_not(with_key, without_key, rotation):
-    from ansible.module_utils.bc_strategy import key_rotation
     from bc_filters import key_rotation_of
+
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import key_rotation
     assert key_rotation(with_key, without_key) == rotation
     assert key_rotation_of({"results": [with_key, without_key]} if with_key is not None else {}) == rotation

@@ -1,7 +1,8 @@
 """Shape validation, byte/FLOP accounting and the memory estimate of the sweep."""
 
 import pytest
-from ansible.module_utils.bc_sweepstats import (
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
     GIB,
     ShapeError,
     estimate_peak_bytes,

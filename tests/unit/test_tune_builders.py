@@ -16,16 +16,15 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-from ansible.module_utils import bc_builders, bc_sweepstats, bc_tuner
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_builders, bc_sweepstats, bc_tuner
 
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = '''
 import json, os, sys, time
 sys.path[:0] = [%(root)r]
-import ansible.module_utils
-ansible.module_utils.__path__.append(%(mu)r)  # as tests/conftest.py does: the children run this part too
-from ansible.module_utils import bc_builders
+sys.path.insert(0, %(mu)r)  # as tests/conftest.py does: the children run this part too
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_builders
 
 
 class Unreadable:
@@ -88,7 +87,7 @@ if __name__ == "__main__":
 @pytest.fixture
 def driver(tmp_path: Path) -> Path:
     path = tmp_path / "driver.py"
-    path.write_text(DRIVER % {"root": str(ROOT), "mu": str(ROOT / "module_utils")})
+    path.write_text(DRIVER % {"root": str(ROOT), "mu": str(ROOT / "collections")})
     return path
 
 

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bc_host import gpu_query, owning_service, parse_gpus, parse_show
-from ansible.module_utils.bc_unit import (
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpu_query, owning_service, parse_gpus, parse_show
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import (
     SWEEP_MODULE,
     SWEEP_PACKAGES,
     Unit,
@@ -31,27 +32,29 @@ from ansible.module_utils.bc_unit import (
 )
 
 
-def test_a_sweep_is_found_by_its_worker_module_in_either_layout():
-    """The sweep runs as `python -m <package>.bc_marlin --tag T`: ansible.module_utils in the project's layout, the
-    collection's module_utils package when run from the collection; a cycle of either recovers either's sweep."""
-    assert SWEEP_MODULE == "ansible.module_utils.bc_marlin"  # imported here the project's way
-    coll = "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_marlin"
+def test_a_sweep_is_found_by_its_worker_module_in_either_package():
+    """The sweep runs as `python -m <package>.bc_marlin --tag T`: the collection's module_utils package, and
+    ansible.module_utils where releases before the repository became the collection ran it (a host upgraded
+    mid-sweep still finds its sweep)."""
+    assert SWEEP_MODULE == "ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_marlin"
+    old = "ansible.module_utils.bc_marlin"
     procs = [{"pid": 1, "argv": ["/venv/bin/python", "-m", SWEEP_MODULE, "--tag", "llama-lab/t1"]},
-             {"pid": 2, "argv": ["python3", "-m", coll, "--tag", "sglang/t2"]},
-             {"pid": 3, "argv": ["python3", "-m", coll]},
+             {"pid": 2, "argv": ["python3", "-m", old, "--tag", "sglang/t2"]},
+             {"pid": 3, "argv": ["python3", "-m", SWEEP_MODULE]},
              {"pid": 4, "argv": ["python3", "-m", "my.bc_marlin", "--tag", "x/y"]},  # someone else's module
-             {"pid": 5, "argv": ["vim", "ansible.module_utils.bc_marlin.py"]},
-             {"pid": 6, "argv": ["python3", "-m", "ansible.module_utils.bc_marlin_old", "--tag", "x/y"]},
+             {"pid": 5, "argv": ["vim", SWEEP_MODULE + ".py"]},
+             {"pid": 6, "argv": ["python3", "-m", SWEEP_MODULE + "_old", "--tag", "x/y"]},
              {"pid": 7, "argv": ["python3", "-m", "ansible_collections.other.coll.plugins.module_utils.bc_marlin", "--tag", "x/y"]},
              {"pid": 8, "argv": ["pgrep", "-af", SWEEP_MODULE]},  # names it, does not run it
-             {"pid": 9, "argv": ["tail", "-f", coll, "--tag", "u/t"]}]
+             {"pid": 9, "argv": ["tail", "-f", SWEEP_MODULE, "--tag", "u/t"]}]
     assert sweep_tags(procs) == [(1, "llama-lab/t1"), (2, "sglang/t2"), (3, "")]
 
 
-def test_the_collections_sweep_package_is_the_one_galaxy_yml_names():
+def test_the_sweep_package_is_the_one_galaxy_yml_names():
     import yaml
-    galaxy = yaml.safe_load((Path(__file__).resolve().parents[2] / "collection" / "galaxy.yml").read_text())
-    assert SWEEP_PACKAGES[1] == "ansible_collections.%s.%s.plugins.module_utils" % (galaxy["namespace"], galaxy["name"])
+    galaxy = yaml.safe_load((Path(__file__).resolve().parents[2] / "galaxy.yml").read_text())
+    assert SWEEP_MODULE == "ansible_collections.%s.%s.plugins.module_utils.bc_marlin" % (galaxy["namespace"], galaxy["name"])
+    assert SWEEP_PACKAGES[0] == "ansible.module_utils"
 
 
 GOOD = "[Unit]\nDescription=t\n[Service]\nExecStart=/bin/sleep 1\n[Install]\nWantedBy=multi-user.target\n"
@@ -145,7 +148,7 @@ def test_owning_service_reads_v1_and_v2_cgroups():
 
 
 def test_engine_processes_are_matched_by_exact_titles_and_executables_never_substrings():
-    from ansible.module_utils.bc_engines import ENGINES
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
 
     sglang, llama = ENGINES["sglang"]["processes"], ENGINES["llamacpp"]["processes"]
     assert engine_process(["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--tp", "8"], sglang)
@@ -167,7 +170,7 @@ def test_leftovers_are_only_the_units_former_processes_with_the_engines_names():
     try:
         time.sleep(0.3)
         before = [p for p in processes() if p["pid"] in (member.pid, helper.pid)]
-        from ansible.module_utils.bc_engines import ENGINES
+        from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import ENGINES
 
         found = leftovers(before, processes(), ENGINES["llamacpp"]["processes"])
         assert [p["pid"] for p in found] == [member.pid]
@@ -299,7 +302,7 @@ def test_a_restart_for_one_start_of_the_unit_leaves_a_later_start_alone(tmp_path
 
 
 def test_a_hung_command_fails_at_its_timeout_naming_it(tmp_path):
-    from ansible.module_utils.bc_host import CommandError, run
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, run
 
     script = tmp_path / "nvidia-smi"
     script.write_text("#!/bin/sh\nsleep 60\n")

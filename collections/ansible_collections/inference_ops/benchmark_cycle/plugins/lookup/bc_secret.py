@@ -1,1 +1,0 @@
-../../../../../../lookup_plugins/bc_secret.py
