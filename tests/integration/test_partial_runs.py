@@ -44,6 +44,12 @@ def test_each_part_runs_on_its_own_and_keeps_its_guarantees(llama, reliability):
     assert not any("Take the lock" in (e["task"] or "") or "Template" in (e["task"] or "") for e in plan.events)
     assert pid() == before and no_lock() and sh("sha256sum /etc/systemd/system/llama-lab.service") == unit
 
+    # the preflight skipped: the whole cycle and the sweep alone are refused by name before anything is touched
+    for args in (["--skip-tags", "preflight"], ["--tags", "sweep", "--skip-tags", "preflight"]):
+        skipped = playbook("benchmark_cycle.yml", *args)
+        assert skipped.rc != 0 and "the preflight did not run (--skip-tags preflight or always)" in skipped.out, skipped.out[-3000:]
+        assert pid() == before and no_lock() and sh("sha256sum /etc/systemd/system/llama-lab.service") == unit
+
     held = playbook("benchmark_cycle.yml", "--tags", "sweep")
     text = " ".join(held.out.split())
     assert held.rc != 0 and f"llama-lab runs (MainPID {before}) and holds the GPU" in text, held.out[-3000:]
@@ -72,8 +78,8 @@ def test_each_part_runs_on_its_own_and_keeps_its_guarantees(llama, reliability):
     assert ready.rc == 0 and f'{HOST}: llama-lab is ready and answers "4" to "2+2="' in ready.out, ready.out[-3000:]
     assert no_lock() and serving() == "active, answers 2+2=4"
     reliability(fault="parts of the cycle on their own (--tags)",
-                injected="--tags preflight | sweep (GPU held, then freed) | report | readiness",
-                did="plan alone touched nothing; sweep refused by name while the service held the GPU, ran once freed; "
+                injected="--tags preflight | --skip-tags preflight | sweep (GPU held, then freed) | report | readiness",
+                did="plan alone touched nothing; a skipped preflight refused by name; sweep refused by name while the service held the GPU, ran once freed; "
                     "report rendered again without a second history line; readiness answered",
                 service_after=serving(), data_kept="results + 1 history line", detect_s=None,
                 run_s=plan.seconds + held.seconds + swept.seconds + report.seconds + ready.seconds)
