@@ -485,6 +485,17 @@ def fenced(module: Any, why: str) -> None:
                          % (module.params["heartbeat"]["token"], why), fenced=True)
 
 
+def beat_done(module: Any, beaten: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The step's work is done: its promise shrinks from the step's worst case to the silence after it (now + for_s),
+    so a controller lost right after a long step (a stop, a release) costs the switch's grace, not what was left of
+    that step's worst case. Only where this call's first beat was written (a fenced or unwritten one stays as it was);
+    returns the heartbeat as it stands."""
+    if module.check_mode or not beaten or not beaten.get("written"):
+        return beaten
+    again = beat(module.params.get("heartbeat"), time.time())
+    return again if again and again.get("written") else beaten
+
+
 def beat_for(module: Any, own_s: float, now: float) -> dict[str, Any] | None:
     """A module's heartbeat (its `heartbeat` parameter) before it does anything else; none in check mode. A cycle that
     no longer holds the lock fails (fence); a heartbeat that cannot be written is a warning: the switch reads the

@@ -216,6 +216,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import (
     HEARTBEAT_OPTION,
     CommandError,
+    beat_done,
     beat_for,
     check_timeout,
     main_process,
@@ -417,7 +418,7 @@ def main() -> None:
     # memory and the GPU wait, resume, continue): five HTTP calls, the two waits and three commands at most
     # (a whole release: the release or the resume copies the weights, and identity reads a checksum and two completions)
     moves = max(p["timeout"], p["move_timeout"])
-    beat_for(module, 3 * p["timeout"] + 2 * moves + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"]
+    beaten = beat_for(module, 3 * p["timeout"] + 2 * moves + p["idle_wait_s"] + p["gpu_wait_s"] + 3 * p["command_timeout"]
              + (moves + 2 * p["timeout"] if p["identity"] else 0), time.time())
     base = p["url"].rstrip("/")
 
@@ -447,6 +448,7 @@ def main() -> None:
     except ReleaseError as err:
         module.fail_json(msg="%s: %s" % (base, redact(str(err), server_keys(p))), server_state=err.state,
                          steps=rel.steps, **err.extra)
+    beat_done(module, beaten)  # released or resumed: the promise shrinks from the step's worst case to the grace
     module.exit_json(changed=True, steps=rel.steps, **result)
 
 

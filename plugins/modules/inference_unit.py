@@ -358,6 +358,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_e
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import (
     HEARTBEAT_OPTION,
     CommandError,
+    beat_done,
     beat_for,
     end_beat,
     fence,
@@ -489,6 +490,8 @@ def main() -> None:
         result = run_steps(module, unit, beaten)
         if p["state"] in DISARMING and not module.check_mode:
             beaten = end_beat(p["heartbeat"])
+        elif p["state"] == "stopped":  # stopped (minutes, at worst): the promise shrinks to the grace
+            beaten = beat_done(module, beaten)
     except (UnitError, CommandError) as err:
         module.fail_json(msg="%s: %s" % (p["name"], redact(str(err))))
     module.exit_json(name=unit.name, state=p["state"], **dict(result, **({"heartbeat": beaten} if beaten else {})))

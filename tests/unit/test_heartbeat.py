@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -14,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
 from sweep_wait import job_state
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import beat, beat_until, lost_lock
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import beat, beat_done, beat_until, lost_lock
 
 
 def test_a_beat_promises_the_calls_own_worst_case_plus_the_silence_after_it(tmp_path):
@@ -171,3 +174,41 @@ def test_a_sweep_is_never_started_by_a_cycle_that_lost_the_lock(tmp_path):
     Path(path).write_text("4102444800\n")
     held = adhoc("marlin_sweep", dict(args, heartbeat={"path": path, "for_s": 60, "token": "cycle-b"}))
     assert "no longer owns" not in json.dumps(held) and Path(path).read_text() == "4102444800\n", held
+
+
+def test_a_stop_once_done_promises_the_grace_not_what_was_left_of_its_worst_case(tmp_path):
+    """#44 item 25: the stop's first beat covers its worst case (a 900 s stop timeout here); once the unit is stopped
+    and proven, the promise shrinks to the grace after it, so a controller lost right after its stop costs the
+    switch's grace. Through the real module, with a systemctl double (this machine has no systemd) whose unit is
+    already stopped."""
+    from test_modules_adhoc import adhoc
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    double = bin_dir / "systemctl"  # a double of systemctl: the unit reads as stopped; every other call succeeds
+    double.write_text('#!/bin/sh\ncase "$*" in *show*) printf "ActiveState=inactive\\nMainPID=0\\n";; esac\nexit 0\n')
+    double.chmod(0o755)
+    lock = tmp_path / "lock"
+    lock.mkdir()
+    (lock / "owner.json").write_text(json.dumps({"token": "t1"}))
+    given = {"path": str(lock / "heartbeat"), "for_s": 30, "token": "t1"}
+    r = adhoc("inference_unit", {"name": "bc-test", "state": "stopped", "heartbeat": given, "gpu_check": False,
+                                 "stop_timeout": 900}, path=str(bin_dir))
+    done = time.time()
+    assert r["_status"] in ("SUCCESS", "CHANGED"), r
+    until = beat_until(str(lock / "heartbeat"))
+    assert until is not None and until <= math.ceil(done) + 30, (until, done)  # the grace after the stop, no more
+    assert r["heartbeat"] == {"path": given["path"], "written": True, "until": until}
+
+
+def test_a_done_step_never_shrinks_a_promise_it_did_not_write(tmp_path):
+    class Module:
+        check_mode = False
+        params: ClassVar[dict] = {"heartbeat": {"path": str(tmp_path / "heartbeat"), "for_s": 30}}
+
+    unwritten = {"path": str(tmp_path / "heartbeat"), "written": False, "why": "x"}
+    assert beat_done(Module(), unwritten) is unwritten and not (tmp_path / "heartbeat").exists()
+    assert beat_done(Module(), None) is None
+    first = beat(Module.params["heartbeat"], now=time.time(), own_s=900)
+    Module.check_mode = True
+    assert beat_done(Module(), first) is first and beat_until(str(tmp_path / "heartbeat")) == first["until"]

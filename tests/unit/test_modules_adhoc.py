@@ -14,9 +14,10 @@ ANSIBLE = str(Path(sys.executable).parent / "ansible")
 COLLECTION = "inference_ops.benchmark_cycle"
 
 
-def adhoc(module: str, args: dict, check: bool = False, python: str = sys.executable) -> dict:
-    """The collection's `module` (its name in the collection) run once on localhost."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
+def adhoc(module: str, args: dict, check: bool = False, python: str = sys.executable, path: str = "") -> dict:
+    """The collection's `module` (its name in the collection) run once on localhost; `path` first on its PATH."""
+    env = dict(os.environ, PATH=":".join(filter(None, [path, os.environ["PATH"]])), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress")
     cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={python}",
