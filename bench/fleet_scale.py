@@ -264,6 +264,40 @@ def recap(out: str) -> dict[str, dict[str, int]]:
     return rows
 
 
+def faults_problems(result: dict[str, Any], rows: dict[str, Any], out: str, placed: dict[str, Any], healthy: list[str],
+                    batch: int) -> list[str]:
+    """What the faults roll must show: red; the three faulty hosts failed (one unreachable); the healthy hosts of the
+    first two batches out and back once; the later batches untouched; nobody else left out of the router."""
+    label, events = result["label"], result["router"]["events"]
+    unreachable, later = placed["unreachable_after_stop"], placed["later_batches"]
+    faulty = {placed["never_ready"], placed["bad_gpu"], unreachable}
+    problems = []
+    if result["rc"] == 0:
+        problems.append(f"{label}: the roll ended green with three faulty hosts")
+    problems += [f"{label}: {host} is not failed in the recap: {rows.get(host)}" for host in sorted(faulty) if host not in placed["failed"]]
+    if rows.get(unreachable, {}).get("unreachable", 0) == 0:
+        problems.append(f"{label}: {unreachable} never became unreachable: {rows.get(unreachable)}")
+    for host in healthy:  # the other hosts of the first two batches cycled as usual
+        states = [e["state"] for e in events if e["host"] == host]
+        if states != ["out", "in"] or rows.get(host, {}).get("failed") or host in result["router"]["out"]:
+            problems.append(f"{label}: healthy {host} went {states} in the router, recap {rows.get(host)}")
+    # the later batches untouched (no router transition, no change): the third refused at its first task, the ones
+    # after it never run (that batch was lost whole, which ends the play)
+    moved = sorted({e["host"] for e in events if e["host"] in later})
+    third = later[:batch]
+    refused = [h for h in third if rows.get(h, {}).get("failed") == 1]
+    if moved or refused != third or any(rows.get(h, {}).get("changed", 1) for h in later) \
+            or "the roll stopped before this batch" not in out:
+        problems.append(f"{label}: the later batches were not left untouched: moved {moved}, recap "
+                        f"{ {h: rows.get(h) for h in later} }")
+    stayed_out = set(result["router"]["out"])
+    if not stayed_out <= faulty:
+        problems.append(f"{label}: hosts out of the router at the end that were not faulty: {sorted(stayed_out - faulty)}")
+    if result["max_out"] > batch + len(stayed_out):
+        problems.append(f"{label}: {result['max_out']} out at once; the batch is {batch} and {sorted(stayed_out)} stayed out")
+    return problems
+
+
 def faults_roll(inventory: Path, router: dict[str, Any], serial: str) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     hosts = hosts_of(inventory)
     names = list(hosts)
@@ -294,39 +328,13 @@ def faults_roll(inventory: Path, router: dict[str, Any], serial: str) -> tuple[d
         result = roll(inventory, router, serial, f"faults-{serial.rstrip('%')}", max_fail=max_fail)
         placed: dict[str, Any] = {"never_ready": never_ready, "bad_gpu": bad_gpu, "unreachable_after_stop": unreachable,
                                   "max_fail_percentage": max_fail, "later_batches": later}
-        problems = []
         out = (ROOT / result["log"]).read_text()
         rows = recap(out)
-        label = result["label"]
         placed["failed"] = sorted(h for h, r in rows.items() if r.get("failed") or r.get("unreachable"))
-        if result["rc"] == 0:
-            problems.append(f"{label}: the roll ended green with three faulty hosts")
-        for host in sorted(faulty):
-            if host not in placed["failed"]:
-                problems.append(f"{label}: {host} is not failed in the recap: {rows.get(host)}")
-        if rows.get(unreachable, {}).get("unreachable", 0) == 0:
-            problems.append(f"{label}: {unreachable} never became unreachable: {rows.get(unreachable)}")
-        events = result["router"]["events"]
-        for host in healthy:  # the other hosts of the first two batches cycled as usual
-            states = [e["state"] for e in events if e["host"] == host]
-            if states != ["out", "in"] or rows.get(host, {}).get("failed") or host in result["router"]["out"]:
-                problems.append(f"{label}: healthy {host} went {states} in the router, recap {rows.get(host)}")
-        # the later batches untouched (no router transition, no change, same PID): the third refused at its first task,
-        # the ones after it never run (that batch was lost whole, which ends the play)
-        moved = sorted({e["host"] for e in events if e["host"] in later})
-        third = later[:batch]
-        refused = [h for h in third if rows.get(h, {}).get("failed") == 1]
-        if moved or refused != third or any(rows.get(h, {}).get("changed", 1) for h in later) \
-                or "the roll stopped before this batch" not in out:
-            problems.append(f"{label}: the later batches were not left untouched: moved {moved}, recap "
-                            f"{ {h: rows.get(h) for h in later} }")
+        problems = faults_problems(result, rows, out, placed, healthy, batch)
         if main_pids({h: hosts[h] for h in later}) != before:
-            problems.append(f"{label}: a service of a later batch was restarted")
-        stayed_out = set(result["router"]["out"])
-        if not stayed_out <= faulty:
-            problems.append(f"{label}: hosts out of the router at the end that were not faulty: {sorted(stayed_out - faulty)}")
-        if result["max_out"] > batch + len(stayed_out):
-            problems.append(f"{label}: {result['max_out']} out at once; the batch is {batch} and {sorted(stayed_out)} stayed out")
+            problems.append(f"{result['label']}: a service of a later batch was restarted")
+        label, stayed_out = result["label"], set(result["router"]["out"])
         # every service back: the unreachable host's by its dead-man switch, with no controller (the switch's window)
         deadline = time.monotonic() + 900
         while True:

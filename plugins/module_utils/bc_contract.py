@@ -285,62 +285,9 @@ def _size_problem(name: str, spec: dict[str, Any], value: Any) -> str:
 def _value_problems(v: dict[str, Any], e: dict[str, Any], high: int = SERIAL_MAX) -> list[str]:
     """What a value must look like beyond its type (v: the given values, e: every effective one; high:
     the most hosts a batch, bc_serial's range)."""
-    out: list[str] = []
-    key = v.get("bc_api_key")
-    if isinstance(key, str) and key and (CONTROL.search(key) or re.search(r"\s", key)):
-        out.append("bc_api_key holds whitespace or a control character (a trailing newline from a file?): strip it "
-                   "(the value is not shown)")
-    elif isinstance(key, str) and key and not HEADER_SAFE.match(key):
-        out.append("bc_api_key holds a character that cannot go in an HTTP header (outside printable ASCII: a byte-order "
-                   "mark from an editor, a typographic quote?): save the key as plain ASCII (the value is not shown)")
-    if v.get("bc_url"):
-        problem = url_problem("bc_url", v["bc_url"])
-        if problem:
-            out.append(problem)
-    for field in ("bc_service_user", "bc_service_group"):
-        if v.get(field) and not POSIX_NAME.match(str(v[field])):
-            out.append("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, str(v[field])[:40]))
-    if v.get("bc_unit"):
-        try:
-            check_name(unit_name(v["bc_unit"]), "bc_unit")
-        except UnitError as err:
-            out.append(str(err))
-    if "bc_engine_version" in v:
-        problem = version_problem(v["bc_engine_version"])
-        if problem:
-            out.append(problem)
-    for field in ("bc_textfile_dir", "bc_results_dir"):
-        if v.get(field) and not str(v[field]).startswith("/"):
-            out.append("%s=%s: give an absolute path%s" % (field, v[field], " (node_exporter's --collector.textfile.directory)"
-                                                           if field == "bc_textfile_dir" else
-                                                           " (under AWX, a volume that outlives the job)"))
-    for field in ("bc_probe_prompt", "bc_probe_expect"):
-        if field in v and isinstance(v[field], str) and v[field] and not v[field].strip():
-            out.append("%s is only whitespace: every answer would match it; give the known answer's text" % field)
-    grafana = v.get("bc_grafana_annotation")
-    if isinstance(grafana, dict) and grafana:
-        unknown = sorted(map(str, set(grafana) - {"url", "token", "dashboard_uid", "tags"}))
-        if unknown:
-            out.append("bc_grafana_annotation: unknown key(s) %s; its keys are url, token, dashboard_uid, tags" % ", ".join(unknown))
-        if not re.match(r"^https?://[^\s/]+", str(grafana.get("url", ""))):
-            out.append("bc_grafana_annotation needs url: http(s)://<grafana> and token: <a service account token>")
-        elif url_problem("bc_grafana_annotation.url", grafana["url"]):
-            out.append(url_problem("bc_grafana_annotation.url", grafana["url"]))
-        elif not isinstance(grafana.get("token"), str) or not HEADER_SAFE.match(grafana["token"]):
-            out.append("bc_grafana_annotation.token is missing, or holds whitespace or a character outside printable ASCII "
-                       "(the value is not shown)")
-        if not (isinstance(grafana.get("tags", []), list) and all(isinstance(t, str) for t in grafana.get("tags", []))):
-            out.append("bc_grafana_annotation.tags must be a list of strings, e.g. [ct200, gpu-fleet]")
-    env = v.get("bc_engine_env")
-    if isinstance(env, dict):
-        for name, value in env.items():
-            if not isinstance(name, str) or not ENV_NAME.match(name):
-                out.append("bc_engine_env: %r is not an environment variable name (letters, digits and _, not starting with "
-                           "a digit)" % (name,))
-            elif isinstance(value, (dict, list)):
-                out.append("bc_engine_env.%s must be one value (a string or a number), not a %s" % (name, type(value).__name__))
-            elif CONTROL.search("" if value is None else str(value)):
-                out.append("bc_engine_env.%s holds a control character (a newline?): environment values are one line" % name)
+    out = _key_problems(v.get("bc_api_key")) + _name_problems(v)
+    out.extend(_grafana_problems(v.get("bc_grafana_annotation")))
+    out.extend(_env_problems(v.get("bc_engine_env")))
     settings = v.get("bc_engine_settings")
     if isinstance(settings, dict) and isinstance(e.get("bc_engine"), str) and e["bc_engine"] in ENGINES \
             and not version_problem(e.get("bc_engine_version")):
@@ -352,11 +299,81 @@ def _value_problems(v: dict[str, Any], e: dict[str, Any], high: int = SERIAL_MAX
     out.extend(_sweep_problems(v))
     out.extend(_router_problems(v, e))
     if "bc_serial" in v:
-        problem = serial_problem(v["bc_serial"], high)
-        if problem:
-            out.append(problem)
+        out.extend(filter(None, [serial_problem(v["bc_serial"], high)]))
     if isinstance(v.get("bc_gpu_health_rules"), dict):
         out.extend("bc_gpu_health_rules." + p for p in rules_problems(v["bc_gpu_health_rules"]))
+    return out
+
+
+def _key_problems(key: Any) -> list[str]:
+    """bc_api_key goes in an HTTP header: one line of printable ASCII (its value never shown)."""
+    if isinstance(key, str) and key and (CONTROL.search(key) or re.search(r"\s", key)):
+        return ["bc_api_key holds whitespace or a control character (a trailing newline from a file?): strip it "
+                "(the value is not shown)"]
+    if isinstance(key, str) and key and not HEADER_SAFE.match(key):
+        return ["bc_api_key holds a character that cannot go in an HTTP header (outside printable ASCII: a byte-order "
+                "mark from an editor, a typographic quote?): save the key as plain ASCII (the value is not shown)"]
+    return []
+
+
+def _name_problems(v: dict[str, Any]) -> list[str]:
+    """The names and paths a value must be: the URL, the service's user and group, the unit, the engine's version,
+    the absolute directories, a probe that is more than whitespace."""
+    out: list[str] = []
+    if v.get("bc_url"):
+        out.extend(filter(None, [url_problem("bc_url", v["bc_url"])]))
+    for field in ("bc_service_user", "bc_service_group"):
+        if v.get(field) and not POSIX_NAME.match(str(v[field])):
+            out.append("%s=%r is not a user or group name (letters, digits and _.-, at most 32)" % (field, str(v[field])[:40]))
+    if v.get("bc_unit"):
+        try:
+            check_name(unit_name(v["bc_unit"]), "bc_unit")
+        except UnitError as err:
+            out.append(str(err))
+    if "bc_engine_version" in v:
+        out.extend(filter(None, [version_problem(v["bc_engine_version"])]))
+    for field in ("bc_textfile_dir", "bc_results_dir"):
+        if v.get(field) and not str(v[field]).startswith("/"):
+            out.append("%s=%s: give an absolute path%s" % (field, v[field], " (node_exporter's --collector.textfile.directory)"
+                                                           if field == "bc_textfile_dir" else
+                                                           " (under AWX, a volume that outlives the job)"))
+    for field in ("bc_probe_prompt", "bc_probe_expect"):
+        if field in v and isinstance(v[field], str) and v[field] and not v[field].strip():
+            out.append("%s is only whitespace: every answer would match it; give the known answer's text" % field)
+    return out
+
+
+def _grafana_problems(grafana: Any) -> list[str]:
+    """bc_grafana_annotation: {url, token, dashboard_uid, tags}, or empty (none)."""
+    if not isinstance(grafana, dict) or not grafana:
+        return []
+    out: list[str] = []
+    unknown = sorted(map(str, set(grafana) - {"url", "token", "dashboard_uid", "tags"}))
+    if unknown:
+        out.append("bc_grafana_annotation: unknown key(s) %s; its keys are url, token, dashboard_uid, tags" % ", ".join(unknown))
+    if not re.match(r"^https?://[^\s/]+", str(grafana.get("url", ""))):
+        out.append("bc_grafana_annotation needs url: http(s)://<grafana> and token: <a service account token>")
+    elif url_problem("bc_grafana_annotation.url", grafana["url"]):
+        out.append(url_problem("bc_grafana_annotation.url", grafana["url"]))
+    elif not isinstance(grafana.get("token"), str) or not HEADER_SAFE.match(grafana["token"]):
+        out.append("bc_grafana_annotation.token is missing, or holds whitespace or a character outside printable ASCII "
+                   "(the value is not shown)")
+    if not (isinstance(grafana.get("tags", []), list) and all(isinstance(t, str) for t in grafana.get("tags", []))):
+        out.append("bc_grafana_annotation.tags must be a list of strings, e.g. [ct200, gpu-fleet]")
+    return out
+
+
+def _env_problems(env: Any) -> list[str]:
+    """bc_engine_env: names an environment takes, each one value of one line."""
+    out: list[str] = []
+    for name, value in (env.items() if isinstance(env, dict) else []):
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            out.append("bc_engine_env: %r is not an environment variable name (letters, digits and _, not starting with "
+                       "a digit)" % (name,))
+        elif isinstance(value, (dict, list)):
+            out.append("bc_engine_env.%s must be one value (a string or a number), not a %s" % (name, type(value).__name__))
+        elif CONTROL.search("" if value is None else str(value)):
+            out.append("bc_engine_env.%s holds a control character (a newline?): environment values are one line" % name)
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from typing import Any
 
 PREFIX = "benchmark_cycle_"
@@ -69,22 +70,8 @@ def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None
     verdict = (summary.get("identity") or {}).get("verdict") if isinstance(summary.get("identity"), dict) else None
     if verdict:  # only after a whole-GPU resume; anything but ok is 0 (mismatch, unknown)
         add("identity_ok", 1 if verdict == "ok" else 0, verdict=verdict)
-    for sweep in sweeps or []:
-        labels = {"backend": sweep.get("backend", ""), "tp": sweep.get("tp_size", "")}
-        for point in sweep.get("points") or []:
-            m = point.get("m")
-            if finite_number(point.get("ms")) is not None:
-                add("sweep_point_seconds", float(point["ms"]) / 1000, m=m, **labels)
-            add("sweep_point_tflops", point.get("tflops"), m=m, **labels)
-            if finite_number(point.get("gbs")) is not None:
-                add("sweep_point_bytes_per_second", float(point["gbs"]) * 1e9, m=m, **labels)
-    for phase, report in sorted((summary.get("gpu_health") or {}).items()):
-        for gpu in report.get("gpus") or []:
-            labels = {"phase": phase, "gpu": gpu.get("index"), "uuid": gpu.get("uuid", "")}
-            add("gpu_healthy", 0 if gpu.get("problems") else 1, **labels)
-            add("gpu_temperature_celsius", gpu.get("temperature_c"), **labels)
-            for scope in ("volatile", "aggregate"):
-                add("gpu_ecc_uncorrectable_errors", gpu.get("ecc_uncorrectable_" + scope), scope=scope, **labels)
+    _sweep_samples(add, sweeps or [])
+    _gpu_samples(add, summary.get("gpu_health") or {})
     lines = []
     for name, rows in samples.items():
         if not rows:
@@ -94,6 +81,30 @@ def textfile(summary: dict[str, Any], sweeps: list[dict[str, Any]] | None = None
             text = ",".join('%s="%s"' % (k, _label_value(v)) for k, v in labels.items())
             lines.append("%s%s{%s} %s" % (PREFIX, name, text, repr(value) if value != int(value) else int(value)))
     return "\n".join(lines) + "\n"
+
+
+def _sweep_samples(add: Callable[..., None], sweeps: list[dict[str, Any]]) -> None:
+    """Each sweep point's time, TFLOP/s and bandwidth, labelled by backend, TP size and M."""
+    for sweep in sweeps:
+        labels = {"backend": sweep.get("backend", ""), "tp": sweep.get("tp_size", "")}
+        for point in sweep.get("points") or []:
+            m = point.get("m")
+            if finite_number(point.get("ms")) is not None:
+                add("sweep_point_seconds", float(point["ms"]) / 1000, m=m, **labels)
+            add("sweep_point_tflops", point.get("tflops"), m=m, **labels)
+            if finite_number(point.get("gbs")) is not None:
+                add("sweep_point_bytes_per_second", float(point["gbs"]) * 1e9, m=m, **labels)
+
+
+def _gpu_samples(add: Callable[..., None], health: dict[str, Any]) -> None:
+    """Each GPU's health, temperature and uncorrectable ECC errors, per phase (pre, post) of the GPU check."""
+    for phase, report in sorted(health.items()):
+        for gpu in report.get("gpus") or []:
+            labels = {"phase": phase, "gpu": gpu.get("index"), "uuid": gpu.get("uuid", "")}
+            add("gpu_healthy", 0 if gpu.get("problems") else 1, **labels)
+            add("gpu_temperature_celsius", gpu.get("temperature_c"), **labels)
+            for scope in ("volatile", "aggregate"):
+                add("gpu_ecc_uncorrectable_errors", gpu.get("ecc_uncorrectable_" + scope), scope=scope, **labels)
 
 
 # what XML 1.0 cannot hold (ElementTree writes it anyway, and every reader refuses the file), and a terminal's colour

@@ -329,33 +329,11 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
     prof = profile(engine)
     result: dict[str, Any] = {"ready": False, "failed": False, "phase": "down", "reason": "",
                               "http_status": http.status, "latency_ms": round(http.latency_ms, 1)}
-    if unit:
-        name = unit.get("Id") or "the unit"
-        active = unit.get("ActiveState", "")
-        if unit.get("LoadState") == "not-found":
-            return _fail(result, "unit %s is not installed (LoadState=not-found)" % name)
-        if active == "failed":
-            return _fail(result, "unit %s has failed (SubState=%s, ExecMainStatus=%s)"
-                         % (name, unit.get("SubState"), unit.get("ExecMainStatus")))
-        if unit.get("SubState") == "auto-restart":
-            return _fail(result, "unit %s: the server process exited (ExecMainStatus=%s) and systemd is about to restart it"
-                         % (name, unit.get("ExecMainStatus")))
-        if active in ("deactivating", "inactive") and unit.get("JobType") in STARTING_JOBS:
-            result["phase"] = "restarting"
-            result["reason"] = ("unit %s is %s with a %s job queued: it starts %s"
-                                % (name, active, unit.get("JobType"),
-                                   "again once its stop ends" if active == "deactivating" else "once systemd runs the job"))
-            return result
-        if active in ("inactive", "deactivating"):
-            return _fail(result, "unit %s is %s: nothing is starting, waiting is pointless"
-                         % (name, active))
-        restarts = unit.get("NRestarts")
-        if restarts_baseline is not None and isinstance(restarts, int) and restarts > restarts_baseline:
-            return _fail(result, "unit %s restarted %d time(s) since the cycle started it: crash loop"
-                         % (name, restarts - restarts_baseline))
+    decided = _by_unit(result, unit, restarts_baseline) if unit else None
+    if decided is not None:
+        return decided
     if journal_failure:
         return _fail(result, "the server logged a fatal error: %s" % journal_failure)
-
     if http.error_kind == "refused":
         starting = unit is not None and unit.get("ActiveState") in ("active", "activating", "reloading")
         result["phase"] = prof["refused_phase"] if starting else "down"
@@ -365,7 +343,53 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
         result["phase"] = "warming" if http.error_kind == "timeout" else "loading"
         result["reason"] = http.error
         return result
+    decided = _by_status(result, prof, probe, http)
+    if decided is not None:
+        return decided
+    result["phase"] = "ready"
+    if probe == "completion":
+        answer, why = completion_answer(http.body)
+        result["answer"] = answer
+        if answer is None:
+            result["phase"] = "warming"
+            result["reason"] = why
+            return result
+        if expect is not None and expect not in answer:
+            return _fail(result, "the server is up but answered %r where %r was expected" % (answer, expect))
+    result["ready"] = True
+    return result
 
+
+def _by_unit(result: dict[str, Any], unit: dict[str, Any], restarts_baseline: int | None) -> dict[str, Any] | None:
+    """The verdict the unit's state gives on its own (failed, gone, crash-looping, a queued start), or None."""
+    name = unit.get("Id") or "the unit"
+    active = unit.get("ActiveState", "")
+    if unit.get("LoadState") == "not-found":
+        return _fail(result, "unit %s is not installed (LoadState=not-found)" % name)
+    if active == "failed":
+        return _fail(result, "unit %s has failed (SubState=%s, ExecMainStatus=%s)"
+                     % (name, unit.get("SubState"), unit.get("ExecMainStatus")))
+    if unit.get("SubState") == "auto-restart":
+        return _fail(result, "unit %s: the server process exited (ExecMainStatus=%s) and systemd is about to restart it"
+                     % (name, unit.get("ExecMainStatus")))
+    if active in ("deactivating", "inactive") and unit.get("JobType") in STARTING_JOBS:
+        result["phase"] = "restarting"
+        result["reason"] = ("unit %s is %s with a %s job queued: it starts %s"
+                            % (name, active, unit.get("JobType"),
+                               "again once its stop ends" if active == "deactivating" else "once systemd runs the job"))
+        return result
+    if active in ("inactive", "deactivating"):
+        return _fail(result, "unit %s is %s: nothing is starting, waiting is pointless" % (name, active))
+    restarts = unit.get("NRestarts")
+    if restarts_baseline is not None and isinstance(restarts, int) and restarts > restarts_baseline:
+        return _fail(result, "unit %s restarted %d time(s) since the cycle started it: crash loop"
+                     % (name, restarts - restarts_baseline))
+    return None
+
+
+def _by_status(result: dict[str, Any], prof: dict[str, Any], probe: str, http: HttpResult) -> dict[str, Any] | None:
+    """The verdict an answer that is not ready gives (a hung scheduler, a refused completion, a dead engine, its own
+    drain, still loading), or None: the server is ready."""
     status = http.status
     hung = prof.get("hung_503_after_s")
     if status == 503 and hung and http.latency_ms >= hung * 1000:
@@ -392,19 +416,7 @@ def classify(engine: str | dict[str, Any], probe: str, http: HttpResult, unit: d
         result["phase"] = phase or "loading"
         result["reason"] = "HTTP %s%s" % (status, "" if phase else " (not a status this engine uses while starting)")
         return result
-
-    result["phase"] = "ready"
-    if probe == "completion":
-        answer, why = completion_answer(http.body)
-        result["answer"] = answer
-        if answer is None:
-            result["phase"] = "warming"
-            result["reason"] = why
-            return result
-        if expect is not None and expect not in answer:
-            return _fail(result, "the server is up but answered %r where %r was expected" % (answer, expect))
-    result["ready"] = True
-    return result
+    return None
 
 
 def _fail(result: dict[str, Any], reason: str) -> dict[str, Any]:

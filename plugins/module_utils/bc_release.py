@@ -172,6 +172,28 @@ def host_gpus(data: dict[str, Any], ranks: dict[str, str]) -> int | None:
     return max(1, gpus // got["nodes"])
 
 
+def tag_problem(spec: dict[str, Any], engine: str, data: dict[str, Any], version: Any, environ: dict[str, str] | None) -> str:
+    """Why one memory tag of a whole release cannot go (its switch off, a version that does not back it up, outside the
+    memory saver's region), or ""."""
+    off = [f for f in spec.get("info_on", []) if data.get(f) is not True]
+    if off:
+        return "it runs without %s (set bc_engine_settings.%s: true; it applies at the unit's next restart)" % (
+            " and ".join(off), " and bc_engine_settings.".join(off))
+    if spec.get("backed_up_since"):
+        try:
+            old = version_key(version) < version_key(spec["backed_up_since"])
+        except ValueError:
+            old = True
+        if old:
+            return ("%s %s does not back it up (from %s): a release would discard it"
+                    % (engine, version or "(version unknown)", spec["backed_up_since"]))
+    on = env_true(environ, spec["env_true"]) if spec.get("env_true") else True
+    if not on:
+        return ("it is not in the memory saver's region: the server %s %s=1 at its start"
+                % ("was not read for" if on is None else "ran without", spec["env_true"]))
+    return ""
+
+
 def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ: dict[str, str] | None,
                   host_available_mib: int | None) -> dict[str, Any]:
     """What a whole-GPU release would take and free, from the live server's info (`data`: its /server_info), its
@@ -189,24 +211,7 @@ def whole_support(whole: dict[str, Any] | None, engine: str, data: Any, environ:
     missing: list[str] = []
     per_gpu: dict[str, float] = {}
     for tag, spec in whole["tags"].items():
-        why = ""
-        off = [f for f in spec.get("info_on", []) if data.get(f) is not True]
-        if off:
-            why = "it runs without %s (set bc_engine_settings.%s: true; it applies at the unit's next restart)" % (
-                " and ".join(off), " and bc_engine_settings.".join(off))
-        elif spec.get("backed_up_since"):
-            try:
-                old = version_key(version) < version_key(spec["backed_up_since"])
-            except ValueError:
-                old = True
-            if old:
-                why = ("%s %s does not back it up (from %s): a release would discard it"
-                       % (engine, version or "(version unknown)", spec["backed_up_since"]))
-        if not why and spec.get("env_true"):
-            on = env_true(environ, spec["env_true"])
-            if not on:
-                why = ("it is not in the memory saver's region: the server %s %s=1 at its start"
-                       % ("was not read for" if on is None else "ran without", spec["env_true"]))
+        why = tag_problem(spec, engine, data, version, environ)
         found = [] if why else json_values(data, spec["info_gib"])
         if not why and not found:
             why = "%s does not say how big it is (%s in %s's info)" % (engine, spec["info_gib"], engine)

@@ -58,6 +58,23 @@ def key_rotation(with_key: dict[str, Any] | None, without_key: dict[str, Any] | 
     return True if re.search(r"HTTP 40[13]", str(with_key.get("reason") or "")) else None
 
 
+def forced(policy: str, sup: dict[str, Any], whole: dict[str, Any], whole_mib: int | None) -> dict[str, Any]:
+    """The strategy a policy other than auto names, or a ValueError naming the fix where the server cannot do it."""
+    if policy == "always":
+        return {"strategy": "stop", "why": "bc_stop_policy=always"}
+    if policy == "never":
+        return {"strategy": "beside", "why": "bc_stop_policy=never"}
+    if policy == "release":
+        if not sup.get("supported"):
+            raise ValueError("bc_stop_policy=release, but %s. Use bc_stop_policy=auto to fall back to a stop"
+                             % sup.get("why"))
+        return {"strategy": "release", "why": "bc_stop_policy=release"}
+    if whole_mib is None:
+        raise ValueError("bc_stop_policy=release_all, but the whole GPU cannot be released: %s. Use "
+                         "bc_stop_policy=auto to fall back to a KV release or a stop" % whole["why"])
+    return whole_choice(sup, "bc_stop_policy=release_all")
+
+
 def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rotation: bool | str | None = False) -> dict[str, Any]:
     """The cycle's strategy and why. `sizing`: fits, has_gpu, need_mib, free_mib (the device's,
     now); `sup`: `support()` (None when the server was not asked); `rotation`: the live server refuses the key this
@@ -79,20 +96,8 @@ def choose(policy: str, sizing: dict[str, Any], sup: dict[str, Any] | None, rota
     need, free = int(sizing.get("need_mib") or 0), int(sizing.get("free_mib") or 0)
     releasable = mib(sup.get("releasable_gib"))
     whole_mib = mib(whole.get("releasable_gib")) if whole.get("supported") else None
-    if policy == "always":
-        return {"strategy": "stop", "why": "bc_stop_policy=always"}
-    if policy == "never":
-        return {"strategy": "beside", "why": "bc_stop_policy=never"}
-    if policy == "release":
-        if not sup.get("supported"):
-            raise ValueError("bc_stop_policy=release, but %s. Use bc_stop_policy=auto to fall back to a stop"
-                             % sup.get("why"))
-        return {"strategy": "release", "why": "bc_stop_policy=release"}
-    if policy == "release_all":
-        if whole_mib is None:
-            raise ValueError("bc_stop_policy=release_all, but the whole GPU cannot be released: %s. Use "
-                             "bc_stop_policy=auto to fall back to a KV release or a stop" % whole["why"])
-        return whole_choice(sup, "bc_stop_policy=release_all")
+    if policy != "auto":
+        return forced(policy, sup, whole, whole_mib)
     if sizing.get("fits"):
         return {"strategy": "beside", "why": "the sweep fits beside the live service (%d MiB needed, %d MiB free)"
                 % (need, free)}

@@ -54,40 +54,47 @@ def flags(source: str) -> dict[str, str]:
             for name in names:
                 out[name] = _kind(_const(_kw(node, "action")), _const(_kw(node, "nargs")))
         if isinstance(node, ast.ClassDef):  # ServerArgs (and, from 0.5.23, its arg-group mixins)
-            for item in node.body:
-                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
-                    continue
-                ann = item.annotation
-                if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
-                    continue
-                elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else []
-                if len(elts) < 2:
-                    continue
-                typ, meta = elts[0], elts[1]
-                call = meta if isinstance(meta, ast.Call) else None
-                if call is not None and _const(_kw(call, "no_cli")) is True:
-                    continue
-                cli = _const(_kw(call, "cli_name")) if call is not None else None
-                aliases = _kw(call, "aliases") if call is not None else None
-                names = [cli or "--" + item.target.id.replace("_", "-")]
-                if isinstance(aliases, ast.List):
-                    names += [a.value for a in aliases.elts if isinstance(a, ast.Constant)]
-                outer, inner = _inner(typ)
-                if outer == "Optional":
-                    outer, inner = _inner(inner)
-                action = _const(_kw(call, "action")) if call is not None else None
-                nargs = _const(_kw(call, "nargs")) if call is not None else None
-                if action is None and call is not None and _kw(call, "action") is not None:
-                    action = "custom"
-                if outer in ("List", "list"):
-                    kind = "list"
-                elif outer == "bool" and action is None:
-                    kind = "switch"
-                else:
-                    kind = _kind(action, nargs)
-                for name in names:
-                    out.setdefault(name, kind)
+            for name, kind in _annotated_flags(node):
+                out.setdefault(name, kind)
     return dict(sorted(out.items()))
+
+
+def _annotated_flags(node: ast.ClassDef) -> list[tuple[str, str]]:
+    """The flags a ServerArgs class declares as `name: A[type, arg(...)]` fields, each with its kind."""
+    found = []
+    for item in node.body:
+        if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+            continue
+        ann = item.annotation
+        if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
+            continue
+        elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else []
+        if len(elts) < 2:
+            continue
+        typ, meta = elts[0], elts[1]
+        call = meta if isinstance(meta, ast.Call) else None
+        if call is not None and _const(_kw(call, "no_cli")) is True:
+            continue
+        cli = _const(_kw(call, "cli_name")) if call is not None else None
+        aliases = _kw(call, "aliases") if call is not None else None
+        names = [cli or "--" + item.target.id.replace("_", "-")]
+        if isinstance(aliases, ast.List):
+            names += [a.value for a in aliases.elts if isinstance(a, ast.Constant)]
+        outer, inner = _inner(typ)
+        if outer == "Optional":
+            outer, inner = _inner(inner)
+        action = _const(_kw(call, "action")) if call is not None else None
+        nargs = _const(_kw(call, "nargs")) if call is not None else None
+        if action is None and call is not None and _kw(call, "action") is not None:
+            action = "custom"
+        if outer in ("List", "list"):
+            kind = "list"
+        elif outer == "bool" and action is None:
+            kind = "switch"
+        else:
+            kind = _kind(action, nargs)
+        found += [(name, kind) for name in names]
+    return found
 
 
 def main() -> None:
