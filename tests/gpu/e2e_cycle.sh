@@ -5,7 +5,7 @@
 # `ansible-playbook benchmark_cycle.yml -i inventory/gpu` with requests in flight, then faults.
 # Test-machine tooling (the carried SGLang and systemd stand in for a GPU host's own), not CI.
 #   device run, carry [".sglsrv", ".gpuwheels", ".sd"]:  OUT=$OUT SCENARIO=cycle bash tests/gpu/e2e_cycle.sh
-# SCENARIO: cycle (provision, cycle with a client, bad-flag fault) | faults (provision, server killed
+# SCENARIO: provisioned (as release is, then nothing: with OPERATOR_RESTARTS, the control for #44 item 16) | cycle (provision, cycle with a client, bad-flag fault) | faults (provision, server killed
 # during its reload, drain deadline) | all | release (the memory saver on and the KV cache at 0.92 of
 # the GPU, as on the real site: auto releases in place; then the same cycle with a stop; then the
 # saver off; downtime of each and the throughput with the saver on and off) | whole (the saver and the weights'
@@ -69,7 +69,7 @@ whole_site() {  # $1: policy, $2: the weights' CPU backup on|off; the saver on, 
 }
 if [ "$SCENARIO" = whole ]; then
   play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(whole_site always on)"
-elif [ "$SCENARIO" = release ] || [ "$SCENARIO" = site ] || [ "$SCENARIO" = owner ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
+elif [ "$SCENARIO" = release ] || [ "$SCENARIO" = site ] || [ "$SCENARIO" = owner ] || [ "$SCENARIO" = provisioned ]; then  # provisioned as the release scenario wants it: the saver on, the KV cache at 0.92
   play provision playbooks/gpu_provision.yml -i inventory/gpu -e "$(site always on)"
 else
   play provision playbooks/gpu_provision.yml -i inventory/gpu
@@ -327,7 +327,13 @@ if [ "${OPERATOR_RESTARTS:-0}" -gt 0 ]; then
     sd systemctl stop $UNIT > "$W/operator-stop-$i.txt" 2>&1; log "operator stop $i: rc=$? $(unit_state)"
     sd systemctl start $UNIT > "$W/operator-start-$i.txt" 2>&1; rc=$?
     log "operator start $i: rc=$rc $(tr '\n' ' ' < "$W/operator-start-$i.txt" | cut -c1-300) $(unit_state)"
-    if wait_serving 240; then log "operator start $i: serving"; else log "operator start $i: NOT serving: $(serving)"; fi
+    if [ "$rc" -ne 0 ]; then  # what systemd says of the refused start: the unit's own and systemd's lines about it
+      sd systemctl status --no-pager -l $UNIT > "$W/operator-status-$i.txt" 2>&1
+      sd journalctl --no-pager -o short-iso -n 40 _PID=1 > "$W/operator-systemd-$i.txt" 2>&1
+      log "operator start $i refused: $(grep -E 'Process:|Main PID|Active:' "$W/operator-status-$i.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-600)"
+      log "systemd said: $(grep -i "$UNIT" "$W/operator-systemd-$i.txt" | tail -6 | cut -c1-900 | tr '\n' ';')"
+    fi
+    if wait_serving "${OPERATOR_WAIT_S:-240}"; then log "operator start $i: serving"; else log "operator start $i: NOT serving: $(serving)"; fi
   done
   journal operator
 fi

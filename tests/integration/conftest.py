@@ -345,7 +345,7 @@ def wait_in_host(condition: str, within_s: float, container: str = CONTAINER, st
 
 # a cycle's sweep process on the lab host (the real one, or the gate that holds it: both run `-m ...bc_marlin`); the
 # brackets keep the pattern from matching the shell that looks for it
-SWEEP_RUNNING = "pgrep -f 'ansible[.]module_utils[.]bc_marlin' >/dev/null"
+SWEEP_RUNNING = "pgrep -f 'module_utils[.]bc_marlin' >/dev/null"  # the worker, as marlin_sweep runs it (bc_unit.SWEEP_MODULE)
 
 
 def wait_for_sweep(proc: subprocess.Popen | None = None, within_s: float = 900, container: str = CONTAINER) -> None:

@@ -38,12 +38,17 @@ def ee_image() -> str:
 
 
 def project_copy(dest: Path) -> None:
-    """What an AWX project sync checks out: the tracked files (and new ones not ignored), nothing built or cached."""
+    """What an AWX project sync checks out: the tracked files (and new ones not ignored), links as links (the clone's view
+    of itself as the collection, collections/ansible_collections/inference_ops/benchmark_cycle, is one), nothing built
+    or cached."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
     for rel in filter(None, listed):
         src = ROOT / rel
-        if src.is_file():
+        if src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).symlink_to(os.readlink(src))
+        elif src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
 
