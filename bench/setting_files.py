@@ -5,7 +5,7 @@ A setting's names: its `bc_*` name, then every variable of the wiring (playbooks
 defaults whose value names one of its names, in turn (bc_readiness_timeout_s -> service_readiness_timeout_s -> ...).
 Its files: every hand-written file of the product and its tests that says one of those names. Not counted: what a
 generator writes (the JSON twins, the cycle role's spec, the roles' READMEs, the generated docs pages), the changelog,
-the evidence, and the sites' inventories (a value, not the setting).
+the evidence, the sites' inventories (a value, not the setting), and this script and its test.
 
     python3 bench/setting_files.py bc_readiness_timeout_s        # the names, then the files, by kind
 """
@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATED = (re.compile(r"^playbooks/vars/.*\.json$"), re.compile(r"^roles/[^/]+/README\.md$"),
              re.compile(r"^roles/cycle/meta/argument_specs\.yml$"), re.compile(r"^docs/(paths|reliability)\.(md|json)$"),
              re.compile(r"^plugins/filter/.*\.yml$"), re.compile(r"^(CHANGELOG\.md|changelogs/|evidence/|inventory/)"),
-             re.compile(r"^docs/suite-timings\.json$"))
+             re.compile(r"^docs/suite-timings\.json$"),
+             re.compile(r"^(bench/setting_files\.py|tests/unit/test_setting_files\.py)$"))  # this script names one, as an example
 KINDS = (("definition", re.compile(r"^playbooks/vars/contract\.yml$")), ("wiring", re.compile(r"^playbooks/vars/cycle\.yml$")),
          ("role interface", re.compile(r"^roles/[^/]+/(defaults|meta)/")), ("test", re.compile(r"^tests/")),
          ("docs", re.compile(r"\.md$|^awx/.*\.json$")), ("use", re.compile(r".")))

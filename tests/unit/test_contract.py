@@ -127,3 +127,23 @@ def test_a_renamed_setting_is_refused_with_what_to_write_instead():
         assert any(name in hint for name in CONTRACT), (old, hint)  # the hint names the setting to use
     preflight = (ROOT / "roles/cycle/tasks/preflight.yml").read_text()
     assert "bc_contract_renamed[v]" in preflight
+
+
+def test_a_role_input_wired_from_the_contract_has_no_default_of_its_own():
+    """#46: a setting's default is the contract's, written once. A role input the wiring (playbooks/vars/cycle.yml) takes
+    straight from a setting is required by the role's argument spec, and its defaults/main.yml gives none."""
+    wiring = yaml.safe_load((ROOT / "playbooks/vars/cycle.yml").read_text())
+    wired = {k: m.group(1) for k, v in wiring.items()
+             if isinstance(v, str) and (m := re.fullmatch(r"\{\{\s*cycle_bc\.(bc_\w+)\s*\}\}", v.strip()))}
+    checked = 0
+    for role in sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta/argument_specs.yml").exists()):
+        defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) if (role / "defaults/main.yml").exists() else {}
+        specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
+        for entry, spec in specs.items():
+            for name, option in (spec.get("options") or {}).items():
+                if name in wired and role.name != "cycle":
+                    checked += 1
+                    assert name not in (defaults or {}), "%s/defaults/main.yml writes %s's default again: it is %s's" % (
+                        role.name, name, wired[name])
+                    assert option.get("required") is True and "default" not in option, (role.name, entry, name)
+    assert checked >= 26  # the inputs the wiring takes straight from the contract
