@@ -7,12 +7,15 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import yaml
@@ -405,23 +408,35 @@ def test_sweep_backend_missing_is_refused_before_the_stop(llama, reliability):
                 data_kept="-", detect_s=None, run_s=run.seconds)
 
 
-@pytest.mark.path("stop.ready", real="the host's process table and cgroups (a hand-started and another unit's server-named process)")
+@pytest.mark.path("stop.ready", real="the host's process table and cgroups (a hand-started and another unit's server-named process, "
+                  "a process that mentions the server's name); the results fetched to a configured directory")
 def test_processes_that_never_belonged_to_the_unit_are_left_alone(llama, reliability):
-    # a server process outside any unit (a hand-started run) and a same-named one in another service:
-    # neither was the unit's, so the stop kills neither (only the unit's own former processes with
-    # the engine's exact names are leftovers: tests/unit/test_unit_lifecycle.py, real processes)
+    # a server process outside any unit (a hand-started run), a same-named one in another service, and a compiler
+    # building llama-server.cpp (it only mentions the name): none was the unit's, so the stop kills none (only the
+    # unit's own former processes with the engine's exact names are leftovers: tests/unit/test_unit_lifecycle.py)
     sh("systemd-run --unit other-llama --property=Type=exec bash -c 'exec -a llama-server sleep 3600'")
     subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c", "exec -a llama-server sleep 3601"])
-    wait_in_host("pgrep -f '^llama-server 3601' >/dev/null", 300)  # both run before the cycle starts
-    run = playbook("benchmark_cycle.yml")
-    assert run.rc == 0, run.out[-3000:]
-    assert re.search(r"leftovers_killed: false", run.out)
-    assert sh("pgrep -f '^llama-server 3601' || true").strip()  # the hand-started one survives
-    assert sh("systemctl is-active other-llama").strip() == "active"  # another service's process is not ours
-    sh("systemctl stop other-llama; pkill -f '^llama-server 3601' || true")
+    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c",
+                      "exec -a cc1plus python3 -c 'import time; time.sleep(3600)' tools/server/llama-server.cpp"])
+    wait_in_host("pgrep -f '^llama-server 3601' >/dev/null && pgrep -f '[c]c1plus' >/dev/null", 300)  # all run before the cycle
+    results = tempfile.mkdtemp(prefix="bc-results-")  # the same green cycle fetches to a configured results directory
+    try:
+        run = playbook("benchmark_cycle.yml", extra_vars={"bc_results_dir": results})
+        assert run.rc == 0, run.out[-3000:]
+        assert list(Path(results).glob(f"{HOST}/*/sweep-tp1-torch.json")) and (Path(results) / "history.jsonl").exists()
+        assert "Publish the host's outcome as job artifacts" in run.out
+        assert re.search(r"leftovers_killed: false", run.out)
+        assert sh("pgrep -f '^llama-server 3601' || true").strip()  # the hand-started one survives
+        assert sh("systemctl is-active other-llama").strip() == "active"  # another service's process is not ours
+        assert sh("pgrep -f '[c]c1plus' || true").strip()  # a process that only mentions the server's name survives
+    finally:
+        sh("systemctl stop other-llama; pkill -f '^llama-server 3601'; pkill -f '[c]c1plus'; true")
+        shutil.rmtree(results, ignore_errors=True)
     after = serving()
-    reliability(fault="server-named processes outside the unit", injected="a hand-started llama-server, and one inside another unit",
-                did="neither belonged to the unit (its cgroup, its main PID's descendants): both left alone; the cycle completed",
+    reliability(fault="server-named processes outside the unit",
+                injected="a hand-started llama-server, one inside another unit, and a compiler building llama-server.cpp",
+                did="none belonged to the unit (its cgroup, its main PID's descendants, the engine's exact names): all left "
+                    "alone; the cycle completed",
                 service_after=after, data_kept="full results", detect_s=None, run_s=run.seconds)
 
 

@@ -9,14 +9,12 @@ import os
 import signal
 import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import (
-    CONTAINER,
     DOUBLE,
     HOST,
     ROOT,
@@ -195,27 +193,6 @@ def test_a_refused_lock_on_one_host_leaves_no_lock_on_another_in_the_same_batch(
     reliability(fault="refused lock with serial 2", injected="host A's lock held by another cycle, host B in the same batch",
                 did="A refused inside the guarded block; B cycled and released its lock", service_after=after, data_kept="-",
                 detect_s=None, run_s=None)
-
-
-@pytest.mark.path("stop.ready", real="a whole cycle fetching its results to a configured controller directory")
-def test_results_go_to_the_configured_directory_and_the_summary_is_published(llama):
-    with tempfile.TemporaryDirectory() as results:
-        run = playbook("benchmark_cycle.yml", extra_vars={"bc_results_dir": results})
-        assert run.rc == 0, run.out[-3000:]
-        assert list(Path(results).glob(f"{HOST}/*/sweep-tp1-torch.json")) and (Path(results) / "history.jsonl").exists()
-        assert "Publish the host's outcome as job artifacts" in run.out
-
-
-@pytest.mark.path("stop.ready", real="the host's process table (a process that mentions the server's name)")
-def test_leftover_matching_spares_a_process_that_only_mentions_the_server(llama):
-    # a compiler building llama-server.cpp, outside the unit: never the cycle's to kill
-    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c",
-                      "exec -a cc1plus python3 -c 'import time; time.sleep(3600)' tools/server/llama-server.cpp"])
-    wait_in_host("pgrep -f '[c]c1plus' >/dev/null", 300)  # it runs before the cycle starts
-    run = playbook("benchmark_cycle.yml")
-    assert run.rc == 0, run.out[-3000:]
-    assert sh("pgrep -f '[c]c1plus' || true").strip()
-    sh("pkill -f '[c]c1plus' || true")
 
 
 @pytest.mark.path("refused.router", real="a router hook process's exit status")
