@@ -63,12 +63,13 @@ def main() -> None:
         return
     cfg, python = lab_config()
     with tempfile.TemporaryDirectory() as tmp:
-        pkg = Path(tmp) / "ansible" / "module_utils"
+        parts = ["ansible_collections", "inference_ops", "benchmark_cycle", "plugins", "module_utils"]
+        pkg = Path(tmp).joinpath(*parts)  # the package the worker runs as (bc_unit.SWEEP_MODULE), each level a package
         pkg.mkdir(parents=True)
-        for src in (ROOT / "module_utils").glob("*.py"):
+        for src in (ROOT / "plugins" / "module_utils").glob("*.py"):
             shutil.copy(src, pkg / src.name)
-        (pkg.parent / "__init__.py").touch()
-        (pkg / "__init__.py").touch()
+        for depth in range(1, len(parts) + 1):
+            Path(tmp).joinpath(*parts[:depth], "__init__.py").touch()
         shutil.copy(__file__, Path(tmp) / "bench.py")
         subprocess.run(["podman", "exec", args.container, "rm", "-rf", STAGE], check=True, timeout=60)
         subprocess.run(["podman", "cp", tmp, f"{args.container}:{STAGE}"], check=True, timeout=60)

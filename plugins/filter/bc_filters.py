@@ -338,10 +338,11 @@ def recovery_findings(found: dict[str, Any], host: str, unit: str) -> str:
 
 
 def _requires_ansible() -> str:
-    """The collection's own requires_ansible (meta/runtime.yml: the one statement of the supported ansible-core), found
-    beside this file in the project's layout (collection/meta/) or the installed collection's (meta/); "" if none."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "..", "collection", "meta", "runtime.yml"), os.path.join(here, "..", "..", "meta", "runtime.yml")):
+    """The collection's own requires_ansible (meta/runtime.yml: the one statement of the supported ansible-core), at the
+    collection's root, two folders above this file's real path (a link to the folder, filter_plugins/, resolved); ""
+    if none."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    for path in (os.path.join(here, "..", "..", "meta", "runtime.yml"),):
         try:
             with open(path, encoding="utf-8") as fh:
                 found = re.search(r"^requires_ansible:\s*[\"']?([^\"'\n]+)", fh.read(), re.M)

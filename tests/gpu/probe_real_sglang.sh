@@ -21,9 +21,9 @@ python3 -m pip install -q --no-index --find-links .gpuwheels --target /tmp/ansib
   || { log "pip install of ansible-core failed"; cat "$OUT/pip.log"; exit 1; }
 probe() {  # $1: the module's arguments (JSON); prints one line: phase status latency ready reason/answer
   ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_LOAD_CALLBACK_PLUGINS=0 ANSIBLE_CALLBACKS_ENABLED=inference_ops.benchmark_cycle.benchmark_cycle_progress ANSIBLE_STDOUT_CALLBACK=ansible.builtin.oneline \
-  ANSIBLE_CALLBACK_RESULT_FORMAT=json ANSIBLE_COLLECTIONS_PATH=/nonexistent PYTHONPATH=/tmp/ansible-site \
+  ANSIBLE_CALLBACK_RESULT_FORMAT=json ANSIBLE_COLLECTIONS_PATH=$PWD/collections PYTHONPATH=/tmp/ansible-site \
     ${ANSIBLE_CMD:-python3 /tmp/ansible-site/bin/ansible} localhost -i localhost, -c local -e ansible_python_interpreter=python3 \
-    -m inference_health -a "$1" 2>/dev/null | python3 -c '
+    -m inference_ops.benchmark_cycle.inference_health -a "$1" 2>/dev/null | python3 -c '
 import json, sys
 out = sys.stdin.read()
 head, _, body = out.partition("=>")

@@ -454,7 +454,7 @@ def test_the_cycles_starts_never_spend_the_operators_start_limit(llama, reliabil
     assert burst >= 1
     for _ in range(burst + 1):
         sh("systemctl stop llama-lab")
-        start = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_unit", "-a",
+        start = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_ops.benchmark_cycle.inference_unit", "-a",
                                 json.dumps({"name": "llama-lab", "state": "started"})], cwd=ROOT, env=env(),
                                capture_output=True, text=True, timeout=600, check=False)
         assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]

@@ -176,7 +176,7 @@ def test_release_cycles_in_a_row_with_a_load_balancer_health_checking_during_the
 def probe_unit() -> dict:
     """One readiness probe of the double's unit by the real module, ad hoc over the lab's ssh."""
     args = json.dumps({"url": "http://127.0.0.1:30001", "engine": "sglang", "unit": UNIT, "probe": "readiness", "timeout": 5})
-    proc = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_health", "-a", args, "-o"],
+    proc = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_ops.benchmark_cycle.inference_health", "-a", args, "-o"],
                           cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120, check=False)
     return json.loads(proc.stdout.split("=>", 1)[1])
 

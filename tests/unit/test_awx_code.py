@@ -205,8 +205,6 @@ def rendered(expr: str, *extra: str):
 def worst_case_s(readiness_s: int) -> int:
     """The cycle's worst case (bc_strategy.budget, the preflight's) on ct200 with the survey's most expensive answers:
     derived here from the survey's choices, the site's inventory over the contract's defaults, and the roles' defaults."""
-    import bc_filters  # noqa: F401 - registers module_utils/ as ansible.module_utils (the project layout)
-
     from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import budget
 
     survey = {q["variable"]: q for q in json.loads((ROOT / "awx/survey.json").read_text())["spec"]}

@@ -99,3 +99,18 @@ def walk(node: object):
     elif isinstance(node, list):
         for value in node:
             yield from walk(value)
+
+
+SCRIPTS = sorted([*PYTHON, *(ROOT / "tests").rglob("*.sh"), *(ROOT / "lab").rglob("*.sh"), ROOT / "tasks"])
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_an_ad_hoc_call_names_the_projects_module_by_its_full_name(path):
+    """`ansible -m <module>`, in a test's argv or a script: the short name resolves nowhere (the clone's ansible.cfg sets
+    no library path), so the call fails; a script that hides its stderr would read as unparsed, not as an error."""
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+    short = re.compile(r"""(?:"-m",\s*"|-m\s+)(%s)\b""" % "|".join(map(re.escape, modules)))
+    text = path.read_text(encoding="utf-8")
+    hit = short.search(text)
+    assert not hit, "%s:%d calls the module %s by its short name: use %s.%s" % (
+        path.relative_to(ROOT), text.count("\n", 0, hit.start()) + 1, hit.group(1), PACKAGE.split(".", 1)[1], hit.group(1))
