@@ -108,7 +108,7 @@ sampler() {  # $1: name; one 1-token completion every 0.5 s until $W/stop-$1
 if [ "$SCENARIO" = cycle ] || [ "$SCENARIO" = all ]; then
   # once the cycle holds the lock (its drain starts ~2 s later), a client puts 4 long requests in flight
   # (8000 tokens each, ~15-20 s together), so the drain has real work to wait for
-  on_event cycle "cycle_lock : Take the lock" long_requests 4 &
+  on_event cycle "inference_ops.benchmark_cycle.cycle_lock : Take the lock" long_requests 4 &
   # downtime: sample the service every 0.5 s through the whole cycle (samples-cycle.txt)
   sampler cycle &
   play cycle benchmark_cycle.yml -i inventory/gpu
@@ -123,13 +123,13 @@ fi
 if [ "$SCENARIO" = faults ] || [ "$SCENARIO" = all ]; then
   wait_serving 180 || log "not serving before the faults"
   # the server killed during its reload: SIGKILL to the unit 12 s after the cycle's start (its load takes ~30 s)
-  on_event killed "service_start : Start the unit" kill_unit 12 &
+  on_event killed "inference_ops.benchmark_cycle.service_start : Start the unit" kill_unit 12 &
   play killed benchmark_cycle.yml -i inventory/gpu
   log "right after the kill during the reload: $(serving)"
   journal killed
   wait_serving 240; log "after systemd's own restart (Restart=on-failure): $(serving)"
   # the drain deadline: long requests in flight when the drain starts, deadline 5 s, abort
-  on_event deadline "cycle_lock : Take the lock" long_requests 2 &
+  on_event deadline "inference_ops.benchmark_cycle.cycle_lock : Take the lock" long_requests 2 &
   play deadline benchmark_cycle.yml -i inventory/gpu -e '{"bc_drain_deadline_s": 5, "bc_drain_on_deadline": "abort"}'
   log "after the drain deadline: $(serving)"
 fi
@@ -275,7 +275,7 @@ if [ "$SCENARIO" = whole ]; then
 import json, re, sys, yaml
 w, name, t0 = sys.argv[1], sys.argv[2], float(sys.argv[3])
 text = open("%s/%s.log" % (w, name)).read()
-block = text.split("TASK [cycle : Summarise the cycle]", 1)[-1].split("ok: [h200] =>", 1)[-1].split("\nTASK ", 1)[0]
+block = text.split("TASK [inference_ops.benchmark_cycle.cycle : Summarise the cycle]", 1)[-1].split("ok: [h200] =>", 1)[-1].split("\nTASK ", 1)[0]
 try:
     summ = (yaml.safe_load(block) or {}).get("msg") or {}
 except yaml.YAMLError:

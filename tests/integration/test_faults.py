@@ -139,7 +139,7 @@ def test_sweep_killed_by_sigkill_keeps_the_finished_points(llama, reliability, t
     assert partial, new
     points = json.loads(partial[0].read_text())["points"]
     assert points and points[0]["m"] == 1
-    detected = next(e["t"] for e in events if e["event"] == "failed" and e["task"] == "gpu_benchmark : Sweep tp1 torch")
+    detected = next(e["t"] for e in events if e["event"] == "failed" and e["task"] == "inference_ops.benchmark_cycle.gpu_benchmark : Sweep tp1 torch")
     reliability(fault="sweep killed", injected="SIGKILL to the sweep process after its first point",
                 did="sweep task failed naming SIGKILL (not the OOM killer); finished points fetched; service restarted; play failed",
                 service_after=after, data_kept=f"{len(points)} finished point(s) in results/<host>/<stamp>/partial/",
@@ -261,7 +261,7 @@ def test_server_that_never_gets_ready_fails_within_the_budget_naming_the_phase(l
     # one bounded wait: the unit was new, so there is nothing of an earlier cycle to roll back to and
     # nothing is restarted a second time
     assert "replaced nothing to roll back to" in " ".join(run.out.split()), run.out[-3000:]
-    assert run.out.count("TASK [service_readiness : Wait for the server to be ready]") == 1
+    assert run.out.count("TASK [inference_ops.benchmark_cycle.service_readiness : Wait for the server to be ready]") == 1
     state = sh("systemctl is-active sglang-double", check=False).strip()
     sh("systemctl stop sglang-double")
     reliability(fault="server never ready", injected="SGLang double that warms up for ever, 20 s budget",

@@ -93,7 +93,8 @@ def test_a_gpu_that_goes_bad_during_the_sweep_fails_the_cycle_and_the_policy_dec
         assert fam["benchmark_cycle_downtime_seconds"].samples[0].value > 0
         assert {s.labels["m"] for s in fam["benchmark_cycle_sweep_point_seconds"].samples} == {"1", "2", "4", "8", "16", "32", "64"}
         # the JUnit file, read by a JUnit parser: a case per step, the sweep's GPU failure on its step
-        cases = {c.name: c for suite in JUnitXml.fromfile(str(junit)) for c in suite}
+        # a case per step, named by its role's full name (the collection's): keyed here by the role's own name
+        cases = {c.name.removeprefix("inference_ops.benchmark_cycle."): c for suite in JUnitXml.fromfile(str(junit)) for c in suite}
         assert {"cycle_lock", "service_unit", "service_drain", "gpu_benchmark", "service_start", "service_readiness",
                 "gpu_health"} <= set(cases)
         assert cases["service_readiness"].result == [] and cases["cycle_lock"].result == []

@@ -279,7 +279,7 @@ def test_a_paused_server_holding_a_request_is_restarted_within_a_bound(released_
     assert (re.search(r"Sent signal SIGKILL to main process \d+ .*on client request", stop_window)
             or "Signal SIGTERM received while health check failed. Force exiting" in stop_window), stop_window
     events = read_events(log)
-    restart = [e["t"] for e in events if e["task"] == "service_start : Restart the unit" and e["event"] in ("start", "ok")]
+    restart = [e["t"] for e in events if e["task"] == "inference_ops.benchmark_cycle.service_start : Restart the unit" and e["event"] in ("start", "ok")]
     timeout_stop = float(re.search(r"^TimeoutStopSec=(\d+)", sh(f"cat /etc/systemd/system/{UNIT}.service"), re.M).group(1))
     assert len(restart) == 2 and restart[1] - restart[0] < timeout_stop, (restart, timeout_stop)  # not the stop budget
     assert router() == ["remove", "restore"]
