@@ -111,7 +111,8 @@ def sidecars(filters: dict[str, Callable[..., Any]], root: Path, fqcn: str, vers
 
 def filters() -> dict[str, Callable[..., Any]]:
     """The filters the plugin registers (FilterModule.filters), imported by the collection's own name."""
-    sys.path.insert(0, str(ROOT / "collections"))
+    if str(ROOT / "collections") not in sys.path:  # once, however often it is asked
+        sys.path.insert(0, str(ROOT / "collections"))
     from ansible_collections.inference_ops.benchmark_cycle.plugins.filter.bc_filters import FilterModule  # noqa: PLC0415
     return FilterModule().filters()
 
