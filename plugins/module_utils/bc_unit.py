@@ -51,6 +51,10 @@ Runner = Callable[..., tuple[int, str, str]]
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]*\Z")
 TOKEN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
+# how long a unit sent SIGKILL may take to be down (its processes reaped, its ExecStopPost run) before it is started
+# anyway; a start asked for while it is still going down waits behind the stop, and systemd tests that start against
+# StartLimitBurst at every state change of the stop (systemd#39247, 252 here): one restart would spend the burst
+END_WAIT_S = 30
 # the sweep's worker, as marlin_sweep runs it: `python -m <this package>.bc_marlin --tag T`
 SWEEP_MODULE = __name__.rpartition(".")[0] + ".bc_marlin"
 # a sweep started by either package is one: this one, and ansible.module_utils, where releases before the repository
@@ -414,12 +418,15 @@ class Unit:
             parts.append("sleep 2")
         if action == "restart":
             # checked again after the sweep's end (2 s: a cycle may have brought it back meanwhile); then, as
-            # end_now(), a stop job (so Restart= never applies), SIGKILL to all, and the start queued at once
-            # behind the stop: no step between the kill and the start to be cut off
+            # end_now(), a stop job (so Restart= never applies) and SIGKILL to all
             if sweep_tag:
                 parts.append(still_armed)
             parts.append("systemctl stop --no-block -- %s" % unit)
             parts.append("systemctl kill --kill-who=all --signal=SIGKILL -- %s" % unit)
+        # the unit down first (a stop of the cycle's own may still run), bounded as end_now, so that the start is tried,
+        # and counted against the start limit, once; past the bound the start is queued behind the stop all the same
+        parts.append('i=0; while [ "$i" -lt %d ]; do case "$(systemctl show -P ActiveState -- %s)" in inactive|failed) '
+                     'break;; esac; sleep 0.2; i=$((i+1)); done' % (END_WAIT_S * 5, unit))
         parts.append("systemctl reset-failed -- %s" % unit)
         parts.append("systemctl start --no-block -- %s" % unit)
         return ["/bin/sh", "-c", "; ".join(parts)]
@@ -451,7 +458,7 @@ class Unit:
                 "armed_for_invocation": invocation, "check_s": check_s}
 
     def disarm(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-               wait_s: float = 30) -> dict[str, Any]:
+               wait_s: float = END_WAIT_S + 30) -> dict[str, Any]:
         """Stop the switch's timer. A switch that is firing right now is let finish (it takes seconds), never
         killed halfway: cut between its kill and its start, it would leave the unit down."""
         if self.check_mode:
@@ -511,7 +518,7 @@ class Unit:
                 "ended_by_sigkill": killed}
 
     def end_now(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                wait_s: float = 30) -> dict[str, str]:
+                wait_s: float = END_WAIT_S) -> dict[str, str]:
         """End a server whose state is not known (paused, released, a failed resume) within a bound that
         does not depend on what its front end holds, and read back that it ended.
 

@@ -323,6 +323,7 @@ if [ "${OPERATOR_RESTARTS:-0}" -gt 0 ]; then
   # systemd's start limit (StartLimitBurst in StartLimitIntervalSec) must not have been spent by the cycle
   unit_state() { sd systemctl show -p ActiveState -p SubState -p Result -p NRestarts -p ExecMainStatus -p InvocationID $UNIT | tr '\n' ' '; }
   log "start limit: $(sd systemctl show -p StartLimitBurst -p StartLimitIntervalUSec $UNIT | tr '\n' ' '); unit: $(unit_state)"
+  sd systemd-analyze log-level debug  # systemd's own reasons land on its console (/tmp/sd-console.log), not in its journal
   for i in $(seq 1 "$OPERATOR_RESTARTS"); do
     sd systemctl stop $UNIT > "$W/operator-stop-$i.txt" 2>&1; log "operator stop $i: rc=$? $(unit_state)"
     sd systemctl start $UNIT > "$W/operator-start-$i.txt" 2>&1; rc=$?
@@ -332,6 +333,13 @@ if [ "${OPERATOR_RESTARTS:-0}" -gt 0 ]; then
       sd journalctl --no-pager -o short-iso -n 40 _PID=1 > "$W/operator-systemd-$i.txt" 2>&1
       log "operator start $i refused: $(grep -E 'Process:|Main PID|Active:' "$W/operator-status-$i.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-600)"
       log "systemd said: $(grep -i "$UNIT" "$W/operator-systemd-$i.txt" | tail -6 | cut -c1-900 | tr '\n' ';')"
+      grep -i "$UNIT" /tmp/sd-console.log | tail -80 > "$W/operator-console-$i.txt"
+      { sd systemctl show -p LoadState -p NeedDaemonReload -p DropInPaths -p ConflictedBy -p Conflicts -p Job $UNIT
+        sd systemctl list-jobs --no-pager; sd systemctl list-units --all --no-pager --plain --no-legend | grep -v ' loaded active ' | head -40
+        sd systemctl cat $UNIT; } > "$W/operator-unit-$i.txt" 2>&1
+      log "systemd's console: $(grep -iE 'job|start|fail|refus|limit' "$W/operator-console-$i.txt" | tail -12 | cut -c1-300 | tr '\n' ';')"
+      sd systemctl reset-failed $UNIT; sd systemctl start $UNIT > "$W/operator-start-$i-reset.txt" 2>&1
+      log "operator start $i after reset-failed: rc=$? $(unit_state)"
     fi
     if wait_serving "${OPERATOR_WAIT_S:-240}"; then log "operator start $i: serving"; else log "operator start $i: NOT serving: $(serving)"; fi
   done

@@ -8,7 +8,7 @@ mkdir -p "$OUT"; rm -rf "$W"; mkdir -p "$W"  # a warm machine keeps /tmp
 T0=$(date +%s.%N)
 since() { awk -v a="$(date +%s.%N)" -v b="${1:-$T0}" 'BEGIN{printf "%.1f", a-b}'; }
 log() { echo "[$(since)s] $*" | tee -a "$W/summary.txt"; }
-finish() { cp "$W/summary.txt" "$OUT/"; tar -C "$W" -czf "$OUT/$ARCHIVE" . 2>/dev/null; }
+finish() { cp "$W/summary.txt" "$OUT/"; cp /tmp/sd-console.log "$W/" 2>/dev/null; tar -C "$W" -czf "$OUT/$ARCHIVE" . 2>/dev/null; }
 trap finish EXIT
 
 python3 -m pip install -q --no-index --find-links .gpuwheels --target /tmp/ansible-site ansible-core > "$W/pip.log" 2>&1 \

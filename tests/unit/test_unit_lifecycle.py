@@ -17,6 +17,7 @@ import pytest
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpu_query, owning_service, parse_gpus, parse_show
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import (
+    END_WAIT_S,
     SWEEP_MODULE,
     SWEEP_PACKAGES,
     Unit,
@@ -340,6 +341,8 @@ def test_an_end_that_does_not_end_fails_at_its_bound_naming_the_unit(tmp_path):
 SYSTEMCTL_DOUBLE = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/calls"
 if [ "$1" = show ] && [ "$2" = -P ]; then cat "$(dirname "$0")/$3"; fi
+# SIGKILL to all: the unit is down, unless the case keeps it stuck going down (a process in the GPU driver)
+if [ "$1" = kill ] && [ ! -e "$(dirname "$0")/stuck" ]; then echo failed > "$(dirname "$0")/ActiveState"; fi
 exit 0
 """
 ARMED = "6f1c2a9b0e8d4c7fa1b2c3d4e5f60718"
@@ -377,6 +380,25 @@ def test_the_switch_restarts_only_the_start_it_was_armed_for_by_a_stop_job_and_s
         u.switch_command(None, "restart", "")
 
 
+def test_the_switch_starts_the_unit_once_it_is_down_and_a_unit_stuck_going_down_at_the_bound(tmp_path):
+    """systemd tests a start against StartLimitBurst at every state change of a stop it waits behind (systemd#39247,
+    252): a start queued behind the switch's own stop spent the burst, and the operator's next start was refused. The
+    switch reads the unit down before its start (the real case: test_faults.py, the operator's start limit); a unit
+    stuck going down (a process in the GPU driver) is started at the bound all the same, queued behind the stop."""
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    for action, armed in (("restart", ARMED), ("start", "")):
+        fire(tmp_path, u.switch_command(None, action, armed), "active" if armed else "deactivating", armed)
+        every = (tmp_path / "bin" / "calls").read_text().splitlines()
+        reset = every.index("reset-failed -- llama-lab.service")
+        assert every[reset - 1] == "show -P ActiveState -- llama-lab.service" and every[reset + 1:] == ["start --no-block -- llama-lab.service"]
+    (tmp_path / "bin" / "stuck").write_text("")
+    fire(tmp_path, u.switch_command(None, "restart", ARMED), "active", ARMED)
+    every = (tmp_path / "bin" / "calls").read_text().splitlines()
+    looks = every[every.index("kill --kill-who=all --signal=SIGKILL -- llama-lab.service") + 1:-2]
+    assert looks == ["show -P ActiveState -- llama-lab.service"] * (END_WAIT_S * 5), looks[-3:]
+    assert every[-2:] == ["reset-failed -- llama-lab.service", "start --no-block -- llama-lab.service"]
+
+
 def test_disarm_lets_a_firing_switch_finish_and_never_cuts_it_halfway(tmp_path):
     """A switch killed between its SIGKILL and its start would leave the unit down: disarm stops the timer and
     waits for a firing switch to end, bounded."""
@@ -397,7 +419,7 @@ def test_disarm_lets_a_firing_switch_finish_and_never_cuts_it_halfway(tmp_path):
     assert u.disarm(clock=clock, sleep=clock.sleep)["was_armed"]
     assert ["stop", "bc-deadman-bc-test.timer"] in calls and ["stop", "bc-deadman-bc-test.service"] not in calls
     firing["left"] = 10**6  # it never ends: named, at the bound
-    with pytest.raises(UnitError, match="still firing after 30 s"):
+    with pytest.raises(UnitError, match="still firing after %d s" % (END_WAIT_S + 30)):
         u.disarm(clock=clock, sleep=clock.sleep)
 
 
