@@ -467,6 +467,22 @@ def lost_lock(heartbeat: dict[str, Any] | None) -> str:
     return "" if holder == heartbeat["token"] else "the lock %s is held by cycle %s" % (lock, holder)
 
 
+def controller_gone(heartbeat: dict[str, Any] | None, now: float, seen: bool) -> str:
+    """Why a process the controller left running on the host (the sweep) should end itself, or "" to go on: the lock is
+    gone or another cycle's (lost_lock), or the controller broke its promise of a next contact (the heartbeat's `until`
+    is past: the rule the dead-man switch applies), or a promise read before (`seen`) cannot be read any more. A
+    promise never read yet is not a broken one: the first poll writes it."""
+    lost = lost_lock(heartbeat)
+    if lost or not heartbeat:
+        return lost
+    until = beat_until(heartbeat["path"])
+    if until is None:
+        return "its heartbeat %s cannot be read any more" % heartbeat["path"] if seen else ""
+    if now >= until:
+        return "its controller promised its next contact by %d and it is %d (a controller killed, paused or cut off)" % (until, now)
+    return ""
+
+
 def fence(module: Any) -> None:
     """The fencing token: a step that changes the host acts only while its cycle holds the lock. A controller that was
     silent past its heartbeat's promise (a paused VM or pod, a stopped job) may wake after the host's switch brought

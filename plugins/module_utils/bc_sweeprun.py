@@ -21,7 +21,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 # AnsiballZ ships the worker to the host (with the module_utils it imports, in turn); its package is staged for the sweep
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_marlin
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, meminfo_mib, processes, vmstat
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import (
+    CommandError,
+    beat_until,
+    controller_gone,
+    meminfo_mib,
+    processes,
+    vmstat,
+)
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpus as host_gpus
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
@@ -211,6 +218,32 @@ def _sizing(gpus: list[dict[str, Any]], device: int, need_mib: float, margin: fl
             % (need_mib / 1024, margin * 100, device, gpu["name"], gpu["total_mib"] / 1024, fix)}
 
 
+def run_watched(argv: list[str], stdin: str, timeout_s: float, heartbeat: dict[str, Any] | None,
+                **popen: Any) -> tuple[int, str, str, str]:
+    """Run the worker to its end, or kill it at `timeout_s`, or as soon as its controller is gone (controller_gone,
+    looked at every quarter of the heartbeat's grace, 1-15 s): a sweep whose controller died (`--tags sweep` arms no
+    dead-man switch) would hold the GPU to its timeout and skew the next cycle's sizing. Returns (returncode, stdout,
+    stderr, why it was killed or "")."""
+    check_s = max(1, min(15, heartbeat["for_s"] // 4)) if heartbeat else timeout_s
+    deadline = time.monotonic() + timeout_s
+    # pylint: disable-next=ansible-bad-function
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    given: str | None = stdin
+    seen = False
+    while True:
+        try:
+            out, err = proc.communicate(given, timeout=max(0.1, min(check_s, deadline - time.monotonic())))
+            return proc.returncode, out, err, ""
+        except subprocess.TimeoutExpired:
+            given = None  # sent once: communicate goes on with what it has
+        seen = seen or (heartbeat is not None and beat_until(heartbeat["path"]) is not None)
+        why = "timeout" if time.monotonic() >= deadline else controller_gone(heartbeat, time.time(), seen)
+        if why:
+            proc.kill()
+            out, err = proc.communicate()
+            return proc.returncode, out, err, why
+
+
 def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     """Run the worker in its own process (python -m bc_marlin, staged), past any orphan of a dead
     cycle; a kill, an OOM, a timeout or a wrong kernel fails naming it, the finished points kept."""
@@ -222,20 +255,21 @@ def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> d
     ooms_before = oom_kills()
     try:
         # not run_command: it takes no timeout, and the sweep's budget must bound it (and its process group's signal)
-        # pylint: disable-next=ansible-bad-function
-        proc = subprocess.run([python, "-m", SWEEP_MODULE] + (["--tag", p["tag"]] if p["tag"] else []), input=json.dumps(cfg), text=True,
-                              capture_output=True, env=env, timeout=p["timeout"], check=False, cwd=stage,
-                              preexec_fn=expendable)
-    except subprocess.TimeoutExpired:
-        module.fail_json(msg="the sweep ran past timeout=%d s and was killed; finished points are in %s"
-                         % (p["timeout"], p["output"]), **plan)
-    except OSError as err:
-        module.fail_json(msg="cannot run python %s for the sweep: %s" % (python, err), **plan)
+        rc, out, err, why = run_watched([python, "-m", SWEEP_MODULE] + (["--tag", p["tag"]] if p["tag"] else []), json.dumps(cfg),
+                                        p["timeout"], p.get("heartbeat"), env=env, cwd=stage, preexec_fn=expendable)
+    except OSError as exc:
+        module.fail_json(msg="cannot run python %s for the sweep: %s" % (python, exc), **plan)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    tail = (proc.stderr or "").strip().splitlines()[-20:]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode).name
+    if why == "timeout":
+        module.fail_json(msg="the sweep ran past timeout=%d s and was killed; finished points are in %s"
+                         % (p["timeout"], p["output"]), **plan)
+    if why:
+        module.fail_json(msg="the sweep ended itself: %s; finished points are kept in %s" % (why, p["output"]),
+                         controller_gone=why, **plan)
+    tail = (err or "").strip().splitlines()[-20:]
+    if rc < 0:
+        sig = signal.Signals(-rc).name
         ooms_after = oom_kills()
         oom = sig == "SIGKILL" and None not in (ooms_before, ooms_after) and ooms_after > ooms_before  # type: ignore[operator]
         if oom:
@@ -248,14 +282,14 @@ def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> d
             hint = ""
         module.fail_json(msg="the sweep process was killed by %s%s; finished points are kept in %s"
                          % (sig, hint, p["output"]), signal=sig, oom_killed=oom, stderr_tail=tail, **plan)
-    last = (proc.stdout or "").strip().splitlines()[-1:] or ["{}"]
+    last = (out or "").strip().splitlines()[-1:] or ["{}"]
     try:
         result = json.loads(last[0])
     except ValueError:
         result = {"status": "error", "error": "no result from the sweep process"}
-    if proc.returncode != 0 or result.get("status") != "complete":
-        module.fail_json(msg="the sweep failed (exit %d): %s" % (proc.returncode, result.get("error", "no result")),
-                         rc=proc.returncode, stderr_tail=tail, **plan)
+    if rc != 0 or result.get("status") != "complete":
+        module.fail_json(msg="the sweep failed (exit %d): %s" % (rc, result.get("error", "no result")),
+                         rc=rc, stderr_tail=tail, **plan)
     result.pop("status", None)
     return dict(result, orphans_killed=orphans)
 

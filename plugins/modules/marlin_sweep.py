@@ -15,6 +15,9 @@ description:
     the routing, and returns per-point times, bytes, bandwidth, FLOP/s and the weight-streaming floor.
   - The sweep runs in a child process of O(python); finished points are written to O(output) after
     each one, so a crash or a kill loses at most the point in flight and the module names the signal.
+  - With O(heartbeat), the child is killed as soon as its controller is gone - the lock gone or another cycle's, or
+    the promise of the next poll broken (the dead-man switch's rule) - and the module fails saying so
+    (RV(controller_gone)), so a sweep whose controller died never holds the GPU until its timeout.
   - Without a GPU the C(torch) backend runs on the CPU and says so in C(ran_on) and C(note).
   - In check mode it validates the shape and returns the plan and the estimated peak memory.
 version_added: "1.0.0"
@@ -168,6 +171,11 @@ output:
   returned: always
   type: str
   sample: /var/lib/benchmark-cycle/sweep-tp8.json
+controller_gone:
+  description: Why the sweep ended itself (its controller gone), on that failure only.
+  returned: when the controller was gone
+  type: str
+  sample: its controller promised its next contact by 1796490956 and it is 1796490971 (a controller killed, paused or cut off)
 backend:
   description: The primary backend (the first that can run of those asked for), whose series is RV(points).
   returned: success, except in check mode

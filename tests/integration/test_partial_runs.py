@@ -7,11 +7,28 @@ systemd, the real llama-server."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import time
 
 import pytest
 import yaml
-from conftest import HOST, ROOT, playbook, serving, sh, wait_serving
+from conftest import (
+    HOST,
+    ROOT,
+    SWEEP_RUNNING,
+    env,
+    gated_sweep_python,
+    playbook,
+    playbook_cmd,
+    serving,
+    sh,
+    wait_for_sweep,
+    wait_in_host,
+    wait_serving,
+)
 
 # the service started by hand is awaited as the cycle awaits a reload: the lab's own readiness budget
 READINESS_S = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["bc_readiness_timeout_s"]
@@ -83,3 +100,36 @@ def test_each_part_runs_on_its_own_and_keeps_its_guarantees(llama, reliability):
                     "report rendered again without a second history line; readiness answered",
                 service_after=serving(), data_kept="results + 1 history line", detect_s=None,
                 run_s=plan.seconds + held.seconds + swept.seconds + report.seconds + ready.seconds)
+
+
+# the sweep's own bound for the case below: what an orphaned sweep ran to before it watched its controller
+SWEEP_TIMEOUT_S = 600
+
+
+@pytest.mark.path("partial.sweep_lost", real="SIGKILL of the controller; the sweep's worker and the heartbeat on the host")
+def test_a_sweep_on_its_own_ends_itself_when_its_controller_is_lost(llama, reliability):
+    """`--tags sweep` arms no dead-man switch (it stops nothing). Its controller killed mid-sweep, the worker ended only
+    at its timeout, holding the GPU and skewing the next cycle's sizing meanwhile. Now the worker watches the
+    controller's promise of its next poll (the switch's rule) and ends itself once it is broken; it starts nothing."""
+    sh("systemctl stop llama-lab")  # the operator frees the GPU
+    try:
+        extra = {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": SWEEP_TIMEOUT_S}
+        proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", "--tags", "sweep", extra_vars=extra), cwd=ROOT, env=env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for_sweep(proc)  # held at its gate, which never opens: it can end only by its watch or its timeout
+        os.killpg(proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        proc.wait(timeout=30)
+        wait_in_host(f"! {SWEEP_RUNNING}", SWEEP_TIMEOUT_S, what="the orphaned sweep's end")
+        ended_s = time.monotonic() - killed_at
+        # the async job's result on the host says why it ended: its watch, not its timeout
+        said = sh("cat /root/.ansible_async/* 2>/dev/null | grep -o 'the sweep ended itself: [^\\\"]*' || true")
+        assert "promised its next contact by" in said, said
+        assert sh("systemctl is-active llama-lab", check=False).strip() == "inactive"  # it never starts what it did not stop
+    finally:
+        sh("rm -rf /run/lock/benchmark-cycle* && systemctl start llama-lab")  # the dead sweep's lock: the next cycle's to take over
+    wait_serving(READINESS_S, what="llama-lab started by hand after the case")
+    reliability(fault="controller killed during a sweep on its own", injected="SIGKILL to ansible-playbook --tags sweep mid-sweep",
+                did="the worker saw the promise of the next poll broken and ended itself (time: SIGKILL to the sweep's end); "
+                    "nothing started", service_after=serving(), data_kept="the points finished before", detect_s=ended_s,
+                run_s=ended_s)

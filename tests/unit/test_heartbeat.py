@@ -212,3 +212,34 @@ def test_a_done_step_never_shrinks_a_promise_it_did_not_write(tmp_path):
     first = beat(Module.params["heartbeat"], now=time.time(), own_s=900)
     Module.check_mode = True
     assert beat_done(Module(), first) is first and beat_until(str(tmp_path / "heartbeat")) == first["until"]
+
+
+NOW = 1_800_000_000
+
+
+@pytest.mark.parametrize(("holder", "promise", "seen", "gone"), [
+    ("cycle-a", NOW + 30, True, ""),                                    # a kept promise: go on
+    ("cycle-a", NOW, True, "promised its next contact by %d" % NOW),     # due now and not renewed: gone
+    ("cycle-a", NOW - 5, False, "promised its next contact by"),          # broken, even if never read before
+    ("cycle-a", None, False, ""),                                       # not written yet: the first poll writes it
+    ("cycle-a", None, True, "cannot be read any more"),                 # read before, gone now
+    ("cycle-a", "soon", True, "cannot be read any more"),               # not a whole number: unknown is not alive
+    ("cycle-b", NOW + 30, True, "is held by cycle cycle-b"),            # taken over: a kept promise of another cycle's
+    (None, NOW + 30, True, "is held by cycle None"),                    # a holder that cannot be read
+])
+def test_a_process_the_controller_left_running_ends_when_its_controller_is_gone(tmp_path, holder, promise, seen, gone):
+    """The sweep's watch (bc_sweeprun.run_watched) asks this every few seconds: the dead-man switch's rule, plus the lock."""
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import controller_gone
+
+    path = _lock(tmp_path, holder)
+    if promise is not None:
+        Path(path).write_text("%s\n" % promise)
+    got = controller_gone({"path": path, "for_s": 60, "token": "cycle-a"}, NOW, seen)
+    assert (gone in got and got) if gone else got == "", got
+
+
+def test_without_a_heartbeat_or_a_lock_nothing_is_gone(tmp_path):
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import controller_gone
+
+    assert controller_gone(None, NOW, True) == ""
+    assert "its lock" in controller_gone({"path": str(tmp_path / "gone.lock" / "heartbeat"), "for_s": 60, "token": "a"}, NOW, False)
