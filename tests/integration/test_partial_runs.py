@@ -113,7 +113,8 @@ def test_a_sweep_on_its_own_ends_itself_when_its_controller_is_lost(llama, relia
     controller's promise of its next poll (the switch's rule) and ends itself once it is broken; it starts nothing."""
     sh("systemctl stop llama-lab")  # the operator frees the GPU
     try:
-        extra = {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": SWEEP_TIMEOUT_S}
+        # the shortest grace the contract takes: the promise of the next poll is broken 11 s after the last one
+        extra = {"bc_sweep_python": gated_sweep_python(), "bc_sweep_timeout_s": SWEEP_TIMEOUT_S, "bc_switch_grace_s": 10}
         proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", "--tags", "sweep", extra_vars=extra), cwd=ROOT, env=env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         wait_for_sweep(proc)  # held at its gate, which never opens: it can end only by its watch or its timeout
