@@ -33,3 +33,15 @@ def test_the_range_is_the_collections_own_and_admits_the_core_running_here():
     from packaging.specifiers import SpecifierSet
     assert len(SpecifierSet(_requires_ansible())) == 2  # a floor and a ceiling, read from meta/runtime.yml
     assert core_problem(running) == ""
+
+
+def test_the_readme_states_every_minor_the_range_admits_and_no_other():
+    """#44 item 5: the README tells operators the supported controllers; they are the minors requires_ansible admits."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    line = next(line for line in (root / "README.md").read_text().splitlines() if line.startswith("**Supported controllers:**"))
+    stated = set(re.findall(r"\b2\.(\d+)\b", line))
+    admitted = {str(minor) for minor in range(10, 40) if not core_problem("2.%d.0" % minor, _requires_ansible())}
+    assert stated == admitted, (line, sorted(admitted))

@@ -102,3 +102,24 @@ def test_the_cycle_syntax_checks_against_the_example():
     proc = subprocess.run([str(BIN / "ansible-playbook"), "benchmark_cycle.yml", "-i", str(EXAMPLE), "--syntax-check"],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_exported_key_is_read_only_through_the_inventorys_lookup_line_as_the_refusal_says(tmp_path):
+    """#44 item 8: an operator's own inventory without the bc_api_key line: `export BC_API_KEY` reaches nothing (the
+    real ansible-inventory, the key exported), and the refusal says so and sends them to the line the example has."""
+    import shutil
+
+    inventory = tmp_path / "inventory"
+    shutil.copytree(EXAMPLE, inventory)
+    settings = inventory / "group_vars/all.yml"
+    line = next(line for line in settings.read_text().splitlines() if line.startswith("bc_api_key:"))
+    assert "bc_secret" in line and "'BC_API_KEY'" in line  # the line the refusal sends the operator to
+    settings.write_text(settings.read_text().replace(line + "\n", ""))
+    proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(inventory), "--list"], cwd=ROOT,
+                          env=dict(ENV, BC_API_KEY=KEY), capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    v = json.loads(proc.stdout)["_meta"]["hostvars"]["gpu1"]
+    assert "bc_api_key" not in v and KEY not in proc.stdout
+    refused = [p for p in settings_problems(given(with_secrets(v)), CONTRACT) if p.startswith("bc_api_key is empty")]
+    assert len(refused) == 1 and "exported with no such line in the inventory is not read" in refused[0], refused
+    assert "as inventory/example does (the bc_secret lookup of BC_API_KEY)" in refused[0]
