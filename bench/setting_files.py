@@ -8,6 +8,9 @@ generator writes (the JSON twins, the cycle role's spec, the roles' READMEs, the
 the evidence, the sites' inventories (a value, not the setting), and this script and its test.
 
     python3 bench/setting_files.py bc_readiness_timeout_s        # the names, then the files, by kind
+
+A new setting is its definition (contract.yml), its uses and its test: the last line says how many files an existing
+one crosses between its definition and its uses (the wiring's second names, a role's own input): 0 is one name.
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             print("%-15s %s" % (kind, rel))
     product = sum(len(v) for k, v in files.items() if k not in ("docs",))
     print("hand-written files: %d (%d with the docs)" % (product, product + len(files.get("docs", []))))
+    # what a new setting costs: its definition, its uses and its test; every file between the two is a second name
+    between = len(files.get("wiring", [])) + len(files.get("role interface", []))
+    print("between the definition and the uses: %d file(s)%s" % (between, ": one name" if between == 0 and len(names) == 1 else ""))
     return 0
 
 

@@ -24,6 +24,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_c
     server_keys,
     unit_name,
 )
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import effective as contract_effective
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import key_problem as _key_problem
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import problems as _problems
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_endpoints import hook_secrets
@@ -209,10 +210,11 @@ def given(hostvars: Any) -> dict[str, Any]:
     return {name: hostvars[name] for name in hostvars if str(name).startswith("bc_")}
 
 
-def effective(contract: dict[str, dict[str, Any]], values: Any) -> dict[str, Any]:
-    """Every setting of the contract (vars/contract.yml): the value given (inventory, AWX, -e), else
-    its default, else None (a required one, or one derived from another in vars/cycle.yml)."""
-    return {name: values[name] if name in values else spec.get("default") for name, spec in contract.items()}
+def effective(contract: dict[str, dict[str, Any]], values: Any, results_dir: str = "") -> dict[str, Any]:
+    """Every setting of the contract (vars/contract.yml) as the cycle uses it (bc_contract.effective): given or
+    defaulted, numbers and truths read, derived ones filled in (bc_results_dir from `results_dir`), lists in one form;
+    None for a required one not given (the preflight names it)."""
+    return contract_effective(contract, dict(values), str(results_dir or ""))
 
 
 def preflight(plans: list[dict[str, Any]]) -> dict[str, Any]:

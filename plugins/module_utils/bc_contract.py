@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_endpoints import (
     HEADER_SAFE,
@@ -456,6 +457,56 @@ def unit_name(name: Any) -> str:
     """bc_unit as one name everywhere (the lock, the unit, the files): without a trailing .service."""
     text = str(name)
     return text[: -len(".service")] if text.endswith(".service") else text
+
+
+# a setting absent or empty (the contract: `empty: derived`) takes its value from others, by one rule each
+DERIVED = {
+    "bc_url": lambda e: "http://127.0.0.1:%d" % int(e["bc_port"]),
+    "bc_service_group": lambda e: e["bc_service_user"],
+    # the drain's deadline, SGLang's shutdown after it (45 s) and a margin (30 s)
+    "bc_stop_timeout_s": lambda e: int(e["bc_drain_deadline_s"]) + 45 + 30,
+    "bc_sweep_python": lambda e: e["bc_engine_python"],
+}
+# lists an AWX survey answers as "1,8" or "sglang,triton": one form for every use
+LISTS = {
+    "bc_sweep_backends": name_list,
+    "bc_sweep_tp_sizes": int_list,
+    "bc_sweep_batch_sizes": int_list,
+    "bc_sweep_tune_batch_sizes": lambda value, name: int_list(value, name, empty_ok=True),
+}
+SCALARS = {"int": check_type_int, "bool": check_type_bool, "float": check_type_float}
+
+
+def effective(contract: dict[str, dict[str, Any]], given: dict[str, Any], results_dir: str = "") -> dict[str, Any]:
+    """Every setting of the contract as the cycle uses it, under its own name: the value given (inventory, AWX, -e),
+    its number or truth read as Ansible reads them (an AWX answer "900" is 900), else its default; the derived ones
+    (DERIVED; bc_results_dir: `results_dir`, the controller's) filled in; bc_unit without a trailing .service; the
+    lists (LISTS) in one form. A value that cannot be read so stays as given: the preflight's check (problems) names
+    it; a list or a rule that cannot be read raises ValueError naming its setting."""
+    out = {}
+    for name, spec in contract.items():
+        value = given[name] if name in given else spec.get("default")
+        read = SCALARS.get(str(spec.get("type")))
+        if read is not None and value is not None:
+            try:
+                value = read(value)
+            except (TypeError, ValueError):
+                pass
+        out[name] = value
+    try:
+        for name, rule in DERIVED.items():
+            if name in out and _empty(out[name]):
+                out[name] = rule(out)
+    except (TypeError, ValueError) as exc:
+        raise ValueError("%s is derived from a setting that cannot be read: %s" % (name, exc)) from None
+    if "bc_results_dir" in out and _empty(out["bc_results_dir"]):
+        out["bc_results_dir"] = results_dir
+    if out.get("bc_unit"):
+        out["bc_unit"] = unit_name(out["bc_unit"])
+    for name, rule in LISTS.items():
+        if name in out:
+            out[name] = rule(out[name], name)
+    return out
 
 
 def problems(contract: dict[str, dict[str, Any]], given: dict[str, Any]) -> list[str]:

@@ -41,8 +41,8 @@ def test_survey_covers_what_operators_choose():
             assert settings_problems(dict(site, **{q["variable"]: choice}), contract) == [], (q["variable"], choice)
     assert settings_problems(dict(site, bc_gpu_health_policy="keep_stopped"), contract) == [
         "value of bc_gpu_health_policy must be one of: unrouted, serve, got: keep_stopped"]
-    cycle_vars = (ROOT / "playbooks/vars/cycle.yml").read_text()
-    assert all(v in cycle_vars for v in variables)  # every answer is a known bc_* variable
+    read = "".join(p.read_text() for p in [ROOT / "playbooks/vars/cycle.yml", *ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/tasks/*.yml")])
+    assert all(v in read for v in variables)  # every answer is read by the cycle
     # the readiness question's max is derived from the job's timeout by configure.yml (test_awx_code.py)
     assert "max" not in next(q for q in survey["spec"] if q["variable"] == "bc_readiness_timeout_s")
     # the job template hands its timeout to the preflight, which refuses a cycle that could outlast it

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from bc_filters import effective
 
@@ -44,9 +45,10 @@ def test_every_name_used_anywhere_is_in_the_contract_and_every_one_there_is_used
         unknown = found - set(CONTRACT)
         assert not unknown, "%s uses %s, which playbooks/vars/contract.yml does not define" % (path, sorted(unknown))
         used |= found
-    # read by the wiring, the plays and their tasks, or by the preflight's verdict (module_utils/bc_contract.py)
+    # read by the wiring, the plays, the roles' tasks and templates, or by the preflight's verdict (module_utils/bc_contract.py)
     wiring = (ROOT / "playbooks/vars/cycle.yml").read_text() + (ROOT / "module_utils/bc_contract.py").read_text() + "".join(
-        p.read_text() for p in [*(ROOT / "playbooks").glob("*.yml"), *(ROOT / "roles/cycle/tasks").glob("*.yml")])
+        p.read_text() for p in [*(ROOT / "playbooks").glob("*.yml"), *(ROOT / "roles").glob("*/tasks/*.yml"),
+                                *(ROOT / "roles").glob("*/templates/*")])
     dead = {n for n in CONTRACT if "cycle_bc." + n not in wiring and n not in wiring}
     assert not dead, "defined in the contract but read nowhere: %s" % sorted(dead)
 
@@ -71,11 +73,48 @@ def test_the_survey_asks_only_for_settings_of_the_contract():
 
 
 def test_effective_values_take_what_is_given_else_the_default():
-    got = effective(CONTRACT, {"bc_port": 8080, "bc_unit": "sglang-k26", "bc_api_key": ""})
+    got = effective(CONTRACT, {"bc_port": 8080, "bc_unit": "sglang-k26", "bc_api_key": ""}, "/srv/results")
     assert got["bc_port"] == 8080 and got["bc_unit"] == "sglang-k26" and got["bc_api_key"] == ""
     assert got["bc_drain_deadline_s"] == 120 and got["bc_sweep_backends"] == ["auto", "torch"]
-    assert got["bc_url"] is None and got["bc_target"] is None  # derived in vars/cycle.yml, or the play's
+    assert got["bc_target"] is None  # the play's keyword reads it, with its own default
     assert set(got) == set(CONTRACT)
+
+
+@pytest.mark.parametrize(("given", "name", "want"), [
+    # an AWX answer is a string: read as Ansible reads the setting's type
+    ({"bc_readiness_timeout_s": "900"}, "bc_readiness_timeout_s", 900),
+    ({"bc_api_key_required": "no"}, "bc_api_key_required", False),
+    ({"bc_readiness_timeout_s": "soon"}, "bc_readiness_timeout_s", "soon"),  # unreadable: as given, the check names it
+    # derived when absent or empty, by one rule each (bc_contract.DERIVED)
+    ({}, "bc_url", "http://127.0.0.1:30001"),
+    ({"bc_port": "8080", "bc_url": ""}, "bc_url", "http://127.0.0.1:8080"),
+    ({"bc_url": "https://h:1"}, "bc_url", "https://h:1"),
+    ({"bc_service_user": "sglang"}, "bc_service_group", "sglang"),
+    ({"bc_service_user": "sglang", "bc_service_group": "gpu"}, "bc_service_group", "gpu"),
+    ({"bc_drain_deadline_s": "60"}, "bc_stop_timeout_s", 135),
+    ({"bc_stop_timeout_s": 500}, "bc_stop_timeout_s", 500),
+    ({"bc_engine_python": "~/venv/bin/python"}, "bc_sweep_python", "~/venv/bin/python"),  # a host's path, kept as given
+    ({}, "bc_results_dir", "/srv/results"),
+    ({"bc_results_dir": "/data/r"}, "bc_results_dir", "/data/r"),
+    # one name for the unit and its lock; lists in one form
+    ({"bc_unit": "sglang-k26.service"}, "bc_unit", "sglang-k26"),
+    ({"bc_sweep_tp_sizes": "1, 8"}, "bc_sweep_tp_sizes", [1, 8]),
+    ({"bc_sweep_backends": "sglang, triton,sglang"}, "bc_sweep_backends", ["sglang", "triton"]),
+    ({"bc_sweep_tune_batch_sizes": ""}, "bc_sweep_tune_batch_sizes", []),
+])
+def test_effective_reads_derives_and_normalises_each_setting_once(given, name, want):
+    assert effective(CONTRACT, given, "/srv/results")[name] == want
+
+
+@pytest.mark.parametrize(("given", "named"), [
+    ({"bc_sweep_tp_sizes": "1,x"}, "bc_sweep_tp_sizes"),
+    ({"bc_sweep_batch_sizes": ""}, "bc_sweep_batch_sizes"),
+    ({"bc_sweep_backends": " , "}, "bc_sweep_backends"),
+    ({"bc_drain_deadline_s": "soon"}, "bc_stop_timeout_s"),  # derived from a setting that cannot be read
+])
+def test_effective_refuses_what_it_cannot_use_naming_the_setting(given, named):
+    with pytest.raises(ValueError, match=named):
+        effective(CONTRACT, given)
 
 
 def test_secrets_are_marked_no_log():

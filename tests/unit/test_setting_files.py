@@ -18,11 +18,12 @@ def test_a_setting_is_followed_through_the_wiring_and_the_roles_defaults(tmp_pat
     assert setting_files.names_of("bc_x", tmp_path) == ["bc_x", "cycle_x", "r_x", "r_y"]
 
 
-def test_the_readiness_budget_crosses_its_definition_wiring_role_and_use():
+def test_the_readiness_budget_crosses_only_its_definition_and_its_uses():
+    """One name from the inventory to the role that uses it (cycle_bc.bc_readiness_timeout_s): no wiring, no role input."""
     names = setting_files.names_of("bc_readiness_timeout_s")
-    assert names[:2] == ["bc_readiness_timeout_s", "service_readiness_timeout_s"]
+    assert names == ["bc_readiness_timeout_s"]
     files = setting_files.files_of(names)
-    assert files["definition"] == ["playbooks/vars/contract.yml"] and files["wiring"] == ["playbooks/vars/cycle.yml"]
+    assert files["definition"] == ["playbooks/vars/contract.yml"] and "wiring" not in files and "role interface" not in files
     assert "roles/service_readiness/tasks/main.yml" in files["use"]
     assert not any(f.endswith(".json") and f.startswith("playbooks/") for kind in files.values() for f in kind)  # generated
     assert setting_files.main(["bc_no_such_setting"]) == 2
