@@ -56,7 +56,8 @@ def test_the_engine_list_is_the_engine_table_and_is_written_once():
     """bc_engines.ENGINES is the list; the contract's bc_engine (the inventory's one check) is its only copy, and no
     role spec or module lists the engines again: the modules refuse another through bc_engines.resolve/profile."""
     engines = [(w, n, c) for w, n, c in copies() if re.search(r"(^|_|\.)engine$", n)]
-    assert len(engines) >= 7, engines  # the roles, the modules (docs and specs), the contract: each found
+    # the scan sees the contract, the modules' docs and their specs (the roles read cycle_bc.bc_engine: no input of their own)
+    assert {"playbooks/vars/contract.yml"} <= {w for w, _n, _c in engines} and any("DOCUMENTATION" in w for w, _n, _c in engines), engines
     # (the cycle role's spec is generated from the contract: collection/cycle_spec.py, --check in ./tasks lint)
     listed = [(w, n, c) for w, n, c in engines if c and not w.startswith("roles/cycle/")]
     assert listed == [("playbooks/vars/contract.yml", "bc_engine", sorted(ENGINES))], listed
