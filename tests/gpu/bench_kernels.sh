@@ -48,7 +48,7 @@ if [ "$STAGE" = smoke ]; then
   [ "${SKIP_TESTS:-0}" = 1 ] || timeout 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_marlin_gpu.py tests/gpu/test_gpu_stop.py > "$W/pytest.log" 2>&1
   [ "${SKIP_TESTS:-0}" = 1 ] || log "gpu tests: rc=$? in $(since "$t") s; $(tail -1 "$W/pytest.log")"
   [ "${SKIP_TESTS:-0}" = 1 ] || grep -E "relative (error|difference)" "$W/pytest.log" | tee -a "$W/summary.txt"
-  play smoke playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=smoke \
+  play smoke playbooks/gpu_benchmark.yml -i inventory/h200 -e bc_results_dir="$W/res" -e gpu_benchmark_stamp=smoke \
     -e '{"bc_sweep_tp_sizes": [8], "bc_sweep_batch_sizes": [1, 16, 256], "bc_sweep_iters": 5}'
   digest "$W/res"
 elif [ "$STAGE" = tune ]; then  # #32: the tuned Triton beside Marlin, the server's Triton and bf16, M 256..4096 (TUNE_SIZES),
@@ -57,7 +57,7 @@ elif [ "$STAGE" = tune ]; then  # #32: the tuned Triton beside Marlin, the serve
   extra=$(printf '{"bc_sweep_backends": ["sglang", "triton", "triton_tuned", "torch"], "bc_sweep_tp_sizes": %s, "bc_sweep_batch_sizes": %s, "bc_sweep_iters": %s, "bc_sweep_routing": %s, "bc_sweep_tune_budget_s": %s, "bc_sweep_timeout_s": 540}' \
     "${TUNE_TP:-[1, 8]}" "${TUNE_SIZES:-[256, 512, 1024, 2048, 4096]}" "${TUNE_ITERS:-10}" "$routing" "${TUNE_BUDGET:-100}")
   log "tune: $extra"
-  play tune playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=tune -e "$extra"
+  play tune playbooks/gpu_benchmark.yml -i inventory/h200 -e bc_results_dir="$W/res" -e gpu_benchmark_stamp=tune -e "$extra"
   digest "$W/res"
   python3 - "$W" <<'PY' | tee -a "$W/summary.txt"
 import glob, json, sys
@@ -77,14 +77,14 @@ for path in sorted(glob.glob(sys.argv[1] + "/res/**/sweep-tp*.json", recursive=T
 PY
   for d in $(find /var/lib/benchmark-cycle /tmp -maxdepth 4 -type d -name moe-config 2>/dev/null); do find "$d" -name '*.json' | tee -a "$W/summary.txt"; cp -r "$d" "$W/"; done
 elif [ "$STAGE" = cost ]; then  # the issue's cost target: 3 backends x 13 points, one shape, one routing, warm JIT caches
-  play cost-warmup playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/warm" -e gpu_benchmark_stamp=warmup \
+  play cost-warmup playbooks/gpu_benchmark.yml -i inventory/h200 -e bc_results_dir="$W/warm" -e gpu_benchmark_stamp=warmup \
     -e '{"bc_sweep_tp_sizes": [8], "bc_sweep_batch_sizes": [1, 64, 4096], "bc_sweep_iters": 3, "bc_sweep_routing": [{"kind": "uniform"}]}'
-  play cost playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp=cost \
+  play cost playbooks/gpu_benchmark.yml -i inventory/h200 -e bc_results_dir="$W/res" -e gpu_benchmark_stamp=cost \
     -e '{"bc_sweep_tp_sizes": [1], "bc_sweep_iters": 20, "bc_sweep_routing": [{"kind": "uniform"}]}'
   digest "$W/res" | grep wall
 else
   for run in run1 run2; do
-    play "$run" playbooks/gpu_benchmark.yml -i inventory/h200 -e cycle_results_dir="$W/res" -e gpu_benchmark_stamp="$run" || break
+    play "$run" playbooks/gpu_benchmark.yml -i inventory/h200 -e bc_results_dir="$W/res" -e gpu_benchmark_stamp="$run" || break
   done
   digest "$W/res"
   python3 bench/compare_runs.py --fidelity "$W"/res/*/run1/sweep-tp1-*.json "$W"/res/*/run2/sweep-tp1-*.json >> "$W/summary.txt" 2>&1
