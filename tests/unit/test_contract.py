@@ -168,22 +168,14 @@ def test_a_renamed_setting_is_refused_with_what_to_write_instead():
     assert "bc_contract_renamed[v]" in preflight
 
 
-def test_a_role_input_wired_from_the_contract_has_no_default_of_its_own():
-    """#46: a setting's default is the contract's, written once. A role input the wiring (playbooks/vars/cycle.yml) takes
-    straight from a setting is required by the role's argument spec, and its defaults/main.yml gives none."""
-    wiring = yaml.safe_load((ROOT / "playbooks/vars/cycle.yml").read_text())
-    wired = {k: m.group(1) for k, v in wiring.items()
-             if isinstance(v, str) and (m := re.fullmatch(r"\{\{\s*cycle_bc\.(bc_\w+)\s*\}\}", v.strip()))}
-    checked = 0
-    for role in sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta/argument_specs.yml").exists()):
-        defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) if (role / "defaults/main.yml").exists() else {}
-        specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
-        for entry, spec in specs.items():
-            for name, option in (spec.get("options") or {}).items():
-                if name in wired and role.name != "cycle":
-                    checked += 1
-                    assert name not in (defaults or {}), "%s/defaults/main.yml writes %s's default again: it is %s's" % (
-                        role.name, name, wired[name])
-                    assert option.get("required") is True and "default" not in option, (role.name, entry, name)
-    # the inputs the wiring still takes straight from the contract (second names: fewer as roles read cycle_bc.bc_*)
-    assert checked > 0 or not wired
+def test_a_setting_has_one_name_no_variable_renames_one():
+    """#46: a setting keeps its name from the inventory to the task that reads it (cycle_bc.bc_*). No variable of the
+    wiring, of a role's defaults or of its vars is a bare second name for one (`x: "{{ cycle_bc.bc_y }}"`)."""
+    files = [ROOT / "playbooks/vars/cycle.yml", *sorted(ROOT.glob("roles/*/defaults/main.yml")), *sorted(ROOT.glob("roles/*/vars/main.yml"))]
+    renamed = {}
+    for path in files:
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if isinstance(value, str) and (m := re.fullmatch(r"\{\{\s*cycle_bc\.(bc_\w+)\s*\}\}", value.strip())):
+                renamed["%s: %s" % (path.relative_to(ROOT), name)] = m.group(1)
+    assert renamed == {}, "second names for settings (read cycle_bc.<setting> where it is used): %s" % renamed
+    assert len(files) > 5  # the wiring and every role's files were read

@@ -176,7 +176,7 @@ def test_the_vllm_unit_runs_vllm_serve_and_the_stop_knows_both_programs():
     from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import engine_process
 
     engines = yaml.safe_load((ROOT / "roles/service_unit/vars/main.yml").read_text())["service_unit_engines"]
-    assert engines["vllm"]["exec"] == ["{{ service_unit_python | dirname }}/vllm", "serve"]
+    assert engines["vllm"]["exec"] == ["{{ cycle_bc.bc_engine_python | dirname }}/vllm", "serve"]
     # vLLM's API server exits 0 when its engine dies (the real 0.32 server): on-failure would never restart it
     assert engines["vllm"]["restart"] == "always"
     assert {e: engines[e]["restart"] for e in ("sglang", "llamacpp")} == {"sglang": "on-failure", "llamacpp": "on-failure"}

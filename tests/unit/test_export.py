@@ -258,7 +258,7 @@ def run_notify(tmp_path: Path, url: str, summary: dict[str, Any], on: list[str] 
     """roles/cycle/tasks/notify.yml alone, with the given facts, by the real ansible-playbook on localhost."""
     hook = {"url": url, "token": TOKEN, **({"on": on} if on else {})}
     play = [{"name": "Notify", "hosts": "localhost", "gather_facts": False,
-             "vars": {"cycle_notify": hook, "cycle_notify_timeout_s": timeout_s, "cycle_secrets": [KEY, TOKEN],
+             "vars": {"cycle_bc": {"bc_notify_webhook": hook, "bc_command_timeout_s": timeout_s}, "cycle_secrets": [KEY, TOKEN],
                       "__cycle_notify_summary": summary},
              "tasks": [{"name": "The cycle's notify tasks", "ansible.builtin.include_tasks": str(ROOT / "roles/cycle/tasks/notify.yml")}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
