@@ -2,7 +2,7 @@
 at most 3 hand-written files: definition, use, test").
 
 A setting's names: its `bc_*` name, then every variable of the wiring (playbooks/vars/cycle.yml) and of the roles'
-defaults whose value names one of its names, in turn (bc_readiness_timeout_s -> service_readiness_timeout_s -> ...).
+defaults whose value names one of its names, in turn (bc_engine -> service_unit_description, a value derived from it).
 Its files: every hand-written file of the product and its tests that says one of those names. Not counted: what a
 generator writes (the JSON twins, the cycle role's spec, the roles' READMEs, the generated docs pages), the changelog,
 the evidence, the sites' inventories (a value, not the setting), and this script and its test.

@@ -482,7 +482,7 @@ def effective(contract: dict[str, dict[str, Any]], given: dict[str, Any], result
     its number or truth read as Ansible reads them (an AWX answer "900" is 900), else its default; the derived ones
     (DERIVED; bc_results_dir: `results_dir`, the controller's) filled in; bc_unit without a trailing .service; the
     lists (LISTS) in one form. A value that cannot be read so stays as given: the preflight's check (problems) names
-    it; a list or a rule that cannot be read raises ValueError naming its setting."""
+    it. A derived one whose source cannot be read raises ValueError naming both."""
     out = {}
     for name, spec in contract.items():
         value = given[name] if name in given else spec.get("default")
@@ -505,7 +505,10 @@ def effective(contract: dict[str, dict[str, Any]], given: dict[str, Any], result
         out["bc_unit"] = unit_name(out["bc_unit"])
     for name, rule in LISTS.items():
         if name in out:
-            out[name] = rule(out[name], name)
+            try:
+                out[name] = rule(out[name], name)
+            except ValueError:
+                pass  # as given: the preflight's check names it; a recovery that never reads it is not stopped by it
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -106,15 +107,19 @@ def test_effective_reads_derives_and_normalises_each_setting_once(given, name, w
     assert effective(CONTRACT, given, "/srv/results")[name] == want
 
 
-@pytest.mark.parametrize(("given", "named"), [
-    ({"bc_sweep_tp_sizes": "1,x"}, "bc_sweep_tp_sizes"),
-    ({"bc_sweep_batch_sizes": ""}, "bc_sweep_batch_sizes"),
-    ({"bc_sweep_backends": " , "}, "bc_sweep_backends"),
-    ({"bc_drain_deadline_s": "soon"}, "bc_stop_timeout_s"),  # derived from a setting that cannot be read
-])
-def test_effective_refuses_what_it_cannot_use_naming_the_setting(given, named):
-    with pytest.raises(ValueError, match=named):
-        effective(CONTRACT, given)
+@pytest.mark.parametrize("given", [{"bc_sweep_tp_sizes": "1,x"}, {"bc_sweep_batch_sizes": ""}, {"bc_sweep_backends": " , "}])
+def test_a_list_that_cannot_be_read_stays_as_given_and_the_preflight_refuses_it(given):
+    """A recovery reads the settings too, and never a sweep's list: a bad one must not stop it. The preflight does."""
+    from bc_filters import settings_problems
+
+    name, value = next(iter(given.items()))
+    assert effective(CONTRACT, given)[name] == value
+    assert any(name in problem for problem in settings_problems(dict(given, bc_unit="u", bc_api_key="k", bc_lb_required=False), CONTRACT))
+
+
+def test_a_derived_setting_whose_source_cannot_be_read_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"bc_stop_timeout_s.*soon"):
+        effective(CONTRACT, {"bc_drain_deadline_s": "soon"})
 
 
 def test_secrets_are_marked_no_log():
@@ -179,3 +184,42 @@ def test_a_setting_has_one_name_no_variable_renames_one():
                 renamed["%s: %s" % (path.relative_to(ROOT), name)] = m.group(1)
     assert renamed == {}, "second names for settings (read cycle_bc.<setting> where it is used): %s" % renamed
     assert len(files) > 5  # the wiring and every role's files were read
+
+
+ROLE_VARIABLE = re.compile(r"(?<![\w.'\"/-])((?:service_unit|service_drain|service_start|service_readiness|gpu_benchmark|gpu_health|cycle_lock|cycle)"
+                           r"_[a-z0-9_]+)\b")
+JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+BARE_JINJA = ("when", "that", "until", "failed_when", "changed_when", "loop")
+
+
+def test_every_variable_the_roles_and_plays_read_is_defined_somewhere():
+    """A renamed or removed variable still read somewhere fails only on the path that reads it (a key probe, a release):
+    every role or cycle variable read in a template expression is a key, a register or a loop_var of some YAML file of
+    the roles and plays, or set in a template."""
+    defined: set[str] = set()
+    used: dict[str, set[str]] = {}
+
+    def walk(node: Any, key: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                defined.update([k] if isinstance(k, str) else [])
+                defined.update([v] if k in ("register", "loop_var") and isinstance(v, str) else [])
+                walk(v, k, where)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key, where)
+        elif isinstance(node, str):
+            for part in [node] if key in BARE_JINJA else JINJA.findall(node):
+                for name in ROLE_VARIABLE.findall(part):
+                    used.setdefault(name, set()).add(where)
+
+    for path in [p for d in ("roles", "playbooks") for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in (".yml", ".j2")]:
+        text, where = path.read_text(), str(path.relative_to(ROOT))
+        if path.suffix == ".j2":
+            used.update({n: used.get(n, set()) | {where} for part in JINJA.findall(text) for n in ROLE_VARIABLE.findall(part)})
+            defined.update(re.findall(r"\{%-?\s*set\s+(\w+)", text))
+        else:
+            walk(yaml.safe_load(text), None, where)
+    assert len(used) > 100  # the scan read the roles' expressions
+    missing = {name: sorted(where) for name, where in used.items() if name not in defined}
+    assert not missing, "read but defined nowhere: %s" % missing
