@@ -63,8 +63,15 @@ def promised_in() -> float:
 @pytest.mark.path({"sweep": "switch.fired.started", "start": "switch.disarmed_by_start"},
                   real="a lost controller; the host's switch timer, its grace and its clock")
 def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability, phase):
+    """ansible-playbook and its workers SIGKILLed at once (a lost node or pod). After the stop (sweep): the switch,
+    armed and waiting, ends the orphaned sweep and starts the service within the grace of the controller's last
+    promise, not the worst case; the router is left to the next cycle, which takes the dead one's lock over and,
+    though it stops nothing itself (bc_stop_policy=never), finishes the dead cycle's work, the router's restore
+    included. During the start: the start disarmed the switch, and the unit comes up by itself."""
+    from test_guarantees import router, with_router
+
     # the start: a short sweep, then a 15 s load (ExecStartPre) to be lost in
-    extra = long_sweep() if phase == "sweep" else {"bc_start_delay_s": 15}
+    extra = with_router(long_sweep() if phase == "sweep" else {"bc_start_delay_s": 15})
     proc = subprocess.Popen(playbook_cmd("benchmark_cycle.yml", extra_vars=extra), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     if phase == "sweep":
@@ -75,6 +82,9 @@ def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability
     since = int(time.time()) - 1  # the switch's journal of this case only (an earlier case on this host has its own)
     lost = lose_controller(proc)
     outer = sh("systemctl show -P Description bc-deadman-llama-lab.timer", check=False)
+    if phase == "sweep":
+        assert sh("systemctl is-active llama-lab", check=False).strip() != "active"
+        assert sh("systemctl is-active bc-deadman-llama-lab.timer", check=False).strip() == "active"  # armed, waiting
     # the service answers again: by itself after a start (the start disarmed the switch), by the switch after the sweep
     wait_serving(900)
     back_s = time.monotonic() - lost
@@ -85,11 +95,23 @@ def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability
         assert not sh("pgrep -af [b]c_marlin || true").strip()  # the orphaned sweep was ended first
         # the property: the grace of the last promise, not the worst case (the sweep's 900 s budget and more)
         assert back_s < 900, (back_s, grace_left, outer)
+        assert router() == ["remove"]  # the switch starts the service; the router is the next cycle's to restore
+        rerun_vars = with_router({"bc_stop_policy": "never"})
+        sh("echo remove > /tmp/lb-log")
     else:
         assert "the heartbeat of the controller stopped" not in journal  # the start disarmed it: nothing to do
+        rerun_vars = with_router()
     # the next cycle takes the dead one's lock over at once (its pid is gone from this controller) and finishes
-    rerun = playbook("benchmark_cycle.yml")
+    rerun = playbook("benchmark_cycle.yml", extra_vars=rerun_vars)
     assert rerun.rc == 0 and "broke the lock of cycle" in rerun.out, rerun.out[-3000:]
+    assert router()[-1] == "restore", rerun.out[-3000:]
+    if phase == "sweep":
+        assert "stopped" in rerun.out and router() == ["remove", "restore"], rerun.out[-3000:]
+        reliability(fault="controller killed after the stop", injected="SIGKILL to ansible-playbook and its workers "
+                    "mid-sweep, then nothing", did="the host's dead-man switch ended the orphaned sweep and started the "
+                    "service (time: SIGKILL to serving again); the re-run took the lock over and finished the dead cycle's "
+                    "work, the router's restore included", service_after=serving(), data_kept="the re-run's full results",
+                    detect_s=back_s, run_s=rerun.seconds)
     reliability(fault=f"controller lost ({phase})",
                 injected=f"ansible-playbook and its workers SIGKILLed at once during the {phase} (a lost node or pod); "
                 "sweep budget 900 s, grace 30 s",

@@ -82,30 +82,6 @@ def released_lab(lab):
     remove_gpu_double()
 
 
-@pytest.mark.path("release.resumed", real="pause, release and resume of a live server (the SGLang double, nvidia-smi double)")
-def test_auto_releases_in_place_aborts_what_runs_and_never_restarts(released_lab, reliability):
-    extra = with_router(released_lab(BC_DOUBLE_TOKEN_MS="100"))
-    before, full = main_pid(), used_mib()
-    # a request still running when the (forced) drain ends: the pause aborts it, the release survives. It would run
-    # 10 min (6000 tokens at 100 ms): a busy machine takes a minute or more to get from the start to the pause
-    request_in_flight("/tmp/long.json", max_tokens=6000, max_s=900)
-    run = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_drain_deadline_s=2, bc_drain_on_deadline="force"))
-    assert run.rc == 0, run.out[-4000:]
-    out = " ".join(run.out.split())
-    assert "its KV cache released in place (no restart): the sweep fits once the KV cache is released" in out, out[-3000:]
-    assert main_pid() == before  # never restarted
-    long = sh("cat /tmp/long.json; pkill -f '^curl -s -m 900' || true")  # never left running past the case
-    assert '"finish_reason": "abort"' in long, long
-    assert '"text": "4"' in answer()  # serving, not left paused
-    assert used_mib() == full  # the KV cache is back
-    assert router() == ["remove", "restore"]
-    assert sh(f"systemctl is-active bc-deadman-{UNIT}.timer", check=False).strip() != "active"  # disarmed
-    reliability(fault="none: the release path", injected="a sweep that does not fit beside the service (nvidia-smi double: 0 MiB "
-                "free) and a 10 min request still running at a forced drain", did="auto chose release; the pause aborted the "
-                "request; KV cache released (18000 MiB), swept, resumed; same MainPID; router back", service_after="active, "
-                "answers 4, same PID", data_kept="full results", detect_s=None, run_s=run.seconds)
-
-
 @pytest.mark.path("release_all.resumed",
                   real="the weights and the KV cache released and resumed in place, identity read on the live server")
 def test_the_whole_gpu_is_released_in_place_proven_the_same_and_a_corrupt_resume_restarted(released_lab, reliability):
@@ -147,30 +123,49 @@ def test_the_whole_gpu_is_released_in_place_proven_the_same_and_a_corrupt_resume
 
 
 @pytest.mark.path("release.resumed",
-                  real="a load balancer's health checks hitting a paused server, two cycles in a row (the server's journal)")
-def test_release_cycles_in_a_row_with_a_load_balancer_health_checking_during_the_pause(released_lab, reliability):
-    """A load balancer health-checks every backend every second, also while it is paused for the
-    release: SGLang logs "Health check failed ..." for each check that waits out its timeout while
-    paused (http_server.py 0.5.16:683) and recovers after continue (674-676). That line is not fatal,
-    and one of an earlier cycle is history: the next release cycle's drain must not abort on it."""
-    extra = with_router(released_lab(SGLANG_HEALTH_CHECK_TIMEOUT="3"))
-    before = main_pid()
+                  real="pause, release and resume of a live server (the SGLang double, nvidia-smi double); a load balancer's "
+                       "health checks hitting the paused server, two cycles in a row (the server's journal)")
+def test_release_cycles_in_a_row_abort_what_runs_and_never_restart_with_a_load_balancer_checking(released_lab, reliability):
+    """Two release cycles in a row (bc_stop_policy auto: the sweep does not fit beside the service) while a load balancer
+    health-checks the backend every second, also while it is paused: SGLang logs "Health check failed ..." for each
+    check that waits out its timeout while paused (http_server.py 0.5.16:683) and recovers after continue (674-676).
+    That line is not fatal, and one of an earlier cycle is history: the second cycle's drain must not abort on it.
+    The first cycle's drain is forced with a long request still running: the pause aborts it, the release survives."""
+    extra = with_router(released_lab(BC_DOUBLE_TOKEN_MS="100", SGLANG_HEALTH_CHECK_TIMEOUT="3"))
+    before, full = main_pid(), used_mib()
     poller = sh("(while true; do curl -s -o /dev/null -m 10 http://127.0.0.1:30001/health; sleep 1; done) "
                 ">/dev/null 2>&1 & echo $!").strip()
     try:
-        runs = []
-        for _ in range(2):
-            runs.append(playbook("benchmark_cycle.yml", extra_vars=extra))
-            assert runs[-1].rc == 0, runs[-1].out[-4000:]
+        # a request still running when the (forced) drain ends. It would run 10 min (6000 tokens at 100 ms): a busy
+        # machine takes a minute or more to get from the start to the pause
+        request_in_flight("/tmp/long.json", max_tokens=6000, max_s=900)
+        first = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_drain_deadline_s=2, bc_drain_on_deadline="force"))
+        assert first.rc == 0, first.out[-4000:]
+        out = " ".join(first.out.split())
+        assert "its KV cache released in place (no restart): the sweep fits once the KV cache is released" in out, out[-3000:]
+        assert main_pid() == before  # never restarted
+        long = sh("cat /tmp/long.json; pkill -f '^curl -s -m 900' || true")  # never left running past the case
+        assert '"finish_reason": "abort"' in long, long
+        assert '"text": "4"' in answer()  # serving, not left paused
+        assert used_mib() == full  # the KV cache is back
+        assert router() == ["remove", "restore"]
+        assert sh(f"systemctl is-active bc-deadman-{UNIT}.timer", check=False).strip() != "active"  # disarmed
+        second = playbook("benchmark_cycle.yml", extra_vars=extra)
+        assert second.rc == 0, second.out[-4000:]
     finally:
         sh(f"kill {poller}", check=False)
     assert "Health check failed" in sh(f"journalctl --no-pager -u {UNIT} -o cat | tail -400")  # the checker did hit the pause
-    assert main_pid() == before and '"text": "4"' in answer()
+    assert main_pid() == before and '"text": "4"' in answer() and used_mib() == full
+    assert router() == ["remove", "restore", "remove", "restore"]
+    reliability(fault="none: the release path", injected="a sweep that does not fit beside the service (nvidia-smi double: 0 MiB "
+                "free) and a 10 min request still running at a forced drain", did="auto chose release; the pause aborted the "
+                "request; KV cache released (18000 MiB), swept, resumed; same MainPID; router back", service_after="active, "
+                "answers 4, same PID", data_kept="full results", detect_s=None, run_s=first.seconds)
     reliability(fault="a load balancer health-checking a paused server", injected="/health every second through two release "
                 "cycles in a row (SGLANG_HEALTH_CHECK_TIMEOUT=3: each check while paused logs 'Health check failed')",
                 did="both cycles green: the line is recoverable, and a fatal line counts only in the drain's own window; "
                 "never restarted", service_after="active, answers 4, same PID", data_kept="full results", detect_s=None,
-                run_s=sum(r.seconds for r in runs))
+                run_s=first.seconds + second.seconds)
 
 
 def probe_unit() -> dict:
