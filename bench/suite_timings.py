@@ -3,9 +3,9 @@ and each case's time from the junit files of its pytest stages. Adds the run to 
 label and renders the generated section of docs/timings.md (between its two markers).
 
     CI=true ./tasks test                                                 # writes results/suite/
-    .venv/bin/python bench/suite_timings.py --label "idle 1"             # adds the run, renders the table, and
+    .venv/bin/python bench/suite_timings.py --label "idle 1" --load idle  # adds the run, renders the table, and
                                                                          # writes tests/integration/case_times.json
-    .venv/bin/python bench/suite_timings.py --label "stress-ng --cpu 2, 1"
+    .venv/bin/python bench/suite_timings.py --label "stress 1" --load stress   # a run beside `stress-ng --cpu 2`
     .venv/bin/python bench/suite_timings.py --failures   # the failed cases and why (./tasks test prints it last)
 """
 
@@ -42,7 +42,23 @@ def read_run(suite: Path) -> dict[str, Any]:
         for case in ET.parse(xml).getroot().iter("testcase"):
             cases.append((case_name(xml, case), float(case.get("time", 0))))
     cases.sort(key=lambda kv: -kv[1])
-    return {"stages": stages, "slowest": cases[:10], "cases": len(cases)}
+    return {"stages": stages, "slowest": cases[:10], "cases": len(cases), **cpu_use(suite / "cpu.log")}
+
+
+def cpu_use(log: Path) -> dict[str, float]:
+    """The machine's busy CPU-seconds through the run and their share of all its cores' time, from the /proc/stat
+    samples ./tasks test took (`epoch cpu user nice system idle iowait irq softirq steal ...`); {} without two."""
+    rows = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        fields = line.split()
+        if len(fields) >= 9 and fields[1] == "cpu":
+            ticks = [int(f) for f in fields[2:10]]
+            rows.append((sum(ticks), ticks[3] + ticks[4]))  # all, idle + iowait
+    if len(rows) < 2:
+        return {}
+    total, idle = rows[-1][0] - rows[0][0], rows[-1][1] - rows[0][1]
+    hz = 100  # USER_HZ: /proc/stat counts in 1/100 s on Linux
+    return {"cpu_s": round((total - idle) / hz), "busy_pct": round(100 * (total - idle) / total) if total else 0}
 
 
 def case_times(suite: Path) -> dict[str, float]:
@@ -110,6 +126,12 @@ def render(runs: list[dict[str, Any]]) -> str:
     for r in runs:
         lines.append(f"| {r['label']} ({r['at']}, {r['node']}, {r['cases']} cases) | "
                      + " | ".join(fmt(r["stages"].get(s)) for s in shown) + " |")
+    loaded = [r for r in runs if r.get("load")]
+    if loaded:
+        lines += ["", "Each run on a fresh clone with warm caches (`CI=true ./tasks test`), by what ran beside it:", ""]
+        lines += [f"- whole suite, {r['load']}: {r['stages']['total']:.0f} s ({r['label']}, {r['at']}"
+                  + (f"; {r['cpu_s']} CPU-s, {r['busy_pct']} % of the cores busy" if "cpu_s" in r else "") + ")"
+                  for r in loaded]
     for r in runs[-1:]:
         lines += ["", f"The ten slowest cases of the last run ({r['label']}):", "", "| case | time |", "|---|---|"]
         lines += [f"| `{name}` | {fmt(t)} |" for name, t in r["slowest"]]
@@ -119,6 +141,8 @@ def render(runs: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", help="how the run was made, e.g. 'idle 1' or 'stress-ng --cpu 2, 1'")
+    parser.add_argument("--load", choices=["idle", "stress"],
+                        help="what ran beside it: nothing (idle) or `stress-ng --cpu 2` (stress)")
     parser.add_argument("--failures", action="store_true", help="print the run's failed cases and the end of each report")
     parser.add_argument("--suite", type=Path, default=ROOT / "results/suite")
     parser.add_argument("--data", type=Path, default=ROOT / "docs/suite-timings.json")
@@ -158,7 +182,8 @@ def main() -> None:
         raise SystemExit(f"suite_timings: {args.suite}/stages.jsonl has no total: the run did not finish green")
     runs = json.loads(args.data.read_text()) if args.data.exists() else []
     runs = [r for r in runs if r["label"] != args.label]
-    runs.append(dict(run, label=args.label, node=platform.node(), at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")))  # noqa: UP017
+    at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
+    runs.append(dict(run, label=args.label, **({"load": args.load} if args.load else {}), node=platform.node(), at=at))
     args.data.write_text(json.dumps(runs, indent=1) + "\n")
     doc = args.doc.read_text()
     section = render(runs)

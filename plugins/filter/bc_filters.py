@@ -5,11 +5,15 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
 import stat
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import failure as _bring_back_failure
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import plan as _bring_back_plan
@@ -36,6 +40,21 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import budget as _budget
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import choose, key_rotation, sweep_alone
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import INT4_BACKENDS
+
+# the one definition of every bc_* setting, read from the collection's own tree (a clone or the installed copy)
+CONTRACT_FILE = Path(__file__).resolve().parents[2] / "playbooks" / "vars" / "contract.yml"
+
+
+@functools.cache
+def _contract_file() -> dict[str, Any]:
+    with open(CONTRACT_FILE, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def contract() -> dict[str, dict[str, Any]]:
+    """The inventory contract (playbooks/vars/contract.yml: bc_contract), read once per process."""
+    return _contract_file()["bc_contract"]
+
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_@:][A-Za-z0-9_.:@-]*\Z")
 
@@ -172,10 +191,23 @@ def posix_name(name: Any, field: str) -> str:
     return text
 
 
-def settings_problems(given: dict[str, Any], contract: dict[str, dict[str, Any]]) -> list[str]:
-    """Every problem of the given settings against the contract (module_utils/bc_contract.py), each
-    naming the bc_* variable and the fix; [] when all are sound. Never quotes a secret's value."""
-    return _problems(contract, given)
+def settings_problems(given: dict[str, Any], against: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """Every problem of the given settings against the contract (module_utils/bc_contract.py; `against`: another
+    contract than the collection's), each naming the bc_* variable and the fix; [] when all are sound. Never quotes a
+    secret's value."""
+    return _problems(contract() if against is None else against, given)
+
+
+def unknown_settings(given: Any) -> list[str]:
+    """Each given bc_* name the contract does not know, with what to write instead: a renamed setting's hint
+    (bc_contract_renamed), else the closest known name ("did you mean"); [] when every name is known."""
+    known, renamed = contract(), _contract_file().get("bc_contract_renamed") or {}
+    found = []
+    for name in given:
+        if name not in known:
+            near = closest(list(known), name)
+            found.append("%s -> %s" % (name, renamed.get(name) or ("did you mean %s?" % near if near != "-" else "no such setting")))
+    return found
 
 
 def moe_config_dir_host_problem(path: str, found: dict[str, Any]) -> str:
@@ -210,11 +242,11 @@ def given(hostvars: Any) -> dict[str, Any]:
     return {name: hostvars[name] for name in hostvars if str(name).startswith("bc_")}
 
 
-def effective(contract: dict[str, dict[str, Any]], values: Any, results_dir: str = "") -> dict[str, Any]:
-    """Every setting of the contract (vars/contract.yml) as the cycle uses it (bc_contract.effective): given or
-    defaulted, numbers and truths read, derived ones filled in (bc_results_dir from `results_dir`), lists in one form;
-    None for a required one not given (the preflight names it)."""
-    return contract_effective(contract, dict(values), str(results_dir or ""))
+def effective(values: Any, results_dir: str = "", against: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every setting of the contract (vars/contract.yml; `against`: another) as the cycle uses it
+    (bc_contract.effective): given or defaulted, numbers and truths read, derived ones filled in (bc_results_dir from
+    `results_dir`), lists in one form; None for a required one not given (the preflight names it)."""
+    return contract_effective(contract() if against is None else against, dict(values), str(results_dir or ""))
 
 
 def preflight(plans: list[dict[str, Any]]) -> dict[str, Any]:
@@ -385,7 +417,7 @@ class FilterModule:
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
-            "bc_settings_problems": settings_problems, "bc_given": given, "bc_effective": effective,
+            "bc_settings_problems": settings_problems, "bc_unknown_settings": unknown_settings, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem, "bc_key_rotation": key_rotation_of,
             "bc_prom_textfile": prom_textfile, "bc_notification": notification, "bc_same_pid_table": same_pid_table,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from bc_filters import effective
+from bc_filters import effective, unknown_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = yaml.safe_load((ROOT / "playbooks/vars/contract.yml").read_text())["bc_contract"]
@@ -20,8 +20,7 @@ FILTERS = set(re.findall(r'"(bc_[a-z0-9_]+)":', (ROOT / "filter_plugins/bc_filte
 # their defaults stand there, and the contract holds none for them
 PLAY_KEYWORDS = {"bc_target", "bc_serial", "bc_max_fail_percentage"}
 SOURCES = [p for d in ("playbooks", "roles", "inventory", "awx", "molecule") for p in (ROOT / d).rglob("*")
-           if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ".j2") and p.name not in ("contract.yml", "contract.json")]
-# (contract.json is contract.yml's data, written by collection/vars_json.py: tests/unit/test_vars_json.py)
+           if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ".j2") and p.name != "contract.yml"]
 
 
 # and the shared code's files (module_utils/bc_*.py), named in comments and descriptions
@@ -74,7 +73,7 @@ def test_the_survey_asks_only_for_settings_of_the_contract():
 
 
 def test_effective_values_take_what_is_given_else_the_default():
-    got = effective(CONTRACT, {"bc_port": 8080, "bc_unit": "sglang-k26", "bc_api_key": ""}, "/srv/results")
+    got = effective({"bc_port": 8080, "bc_unit": "sglang-k26", "bc_api_key": ""}, "/srv/results")
     assert got["bc_port"] == 8080 and got["bc_unit"] == "sglang-k26" and got["bc_api_key"] == ""
     assert got["bc_drain_deadline_s"] == 120 and got["bc_sweep_backends"] == ["auto", "torch"]
     assert got["bc_target"] is None  # the play's keyword reads it, with its own default
@@ -104,7 +103,7 @@ def test_effective_values_take_what_is_given_else_the_default():
     ({"bc_sweep_tune_batch_sizes": ""}, "bc_sweep_tune_batch_sizes", []),
 ])
 def test_effective_reads_derives_and_normalises_each_setting_once(given, name, want):
-    assert effective(CONTRACT, given, "/srv/results")[name] == want
+    assert effective(given, "/srv/results")[name] == want
 
 
 @pytest.mark.parametrize("given", [{"bc_sweep_tp_sizes": "1,x"}, {"bc_sweep_batch_sizes": ""}, {"bc_sweep_backends": " , "}])
@@ -113,13 +112,13 @@ def test_a_list_that_cannot_be_read_stays_as_given_and_the_preflight_refuses_it(
     from bc_filters import settings_problems
 
     name, value = next(iter(given.items()))
-    assert effective(CONTRACT, given)[name] == value
+    assert effective(given)[name] == value
     assert any(name in problem for problem in settings_problems(dict(given, bc_unit="u", bc_api_key="k", bc_lb_required=False), CONTRACT))
 
 
 def test_a_derived_setting_whose_source_cannot_be_read_is_refused_naming_both():
     with pytest.raises(ValueError, match=r"bc_stop_timeout_s.*soon"):
-        effective(CONTRACT, {"bc_drain_deadline_s": "soon"})
+        effective({"bc_drain_deadline_s": "soon"})
 
 
 def test_secrets_are_marked_no_log():
@@ -169,8 +168,10 @@ def test_a_renamed_setting_is_refused_with_what_to_write_instead():
     for old, hint in renamed.items():
         assert old not in CONTRACT, old
         assert any(name in hint for name in CONTRACT), (old, hint)  # the hint names the setting to use
-    preflight = (ROOT / "roles/cycle/tasks/preflight.yml").read_text()
-    assert "bc_contract_renamed[v]" in preflight
+        assert unknown_settings({old: 1}) == ["%s -> %s" % (old, hint)]
+    assert unknown_settings({"bc_readiness_timeout": 1, "bc_port": 1}) == ["bc_readiness_timeout -> did you mean bc_readiness_timeout_s?"]
+    assert unknown_settings({"bc_zzzz_qqqq": 1}) == ["bc_zzzz_qqqq -> no such setting"]
+    assert "bc_unknown_settings" in (ROOT / "roles/cycle/tasks/preflight.yml").read_text()
 
 
 def test_a_setting_has_one_name_no_variable_renames_one():

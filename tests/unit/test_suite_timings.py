@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
-from suite_timings import BEGIN, END, failures, read_run, render
+from suite_timings import BEGIN, END, cpu_use, failures, read_run, render
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">{}</testsuite></testsuites>"""
 
@@ -36,6 +36,26 @@ def test_render_shows_each_run_and_a_stage_it_lacks_as_a_dash():
     assert "| idle 1 (t, n, 2 cases) | 30 s | 900 s (15.0 min) |" in text
     assert "| busy 1 (t, n, 2 cases) | - | 1500 s (25.0 min) |" in text
     assert "The ten slowest cases of the last run (busy 1)" in text and "| `b` | 5 s |" in text
+
+
+def test_the_cpu_of_a_run_is_read_from_its_proc_stat_samples_and_each_whole_run_says_its_load(tmp_path):
+    log = tmp_path / "cpu.log"
+    # two cores for 10 s = 2000 ticks: 1500 busy (user, nice, system, irq, softirq, steal), 500 idle or waiting on IO
+    log.write_text("100 cpu 1000 0 500 8000 100 0 0 0 0 0\n"
+                   "105 cpu 1400 50 700 8200 150 0 0 0 0 0\n"   # a sample between: only the ends count
+                   "110 cpu 1600 100 1000 8400 200 100 100 100 0 0\n")
+    assert cpu_use(log) == {"cpu_s": 15, "busy_pct": 75}
+    assert cpu_use(tmp_path / "none.log") == {}
+    log.write_text("100 cpu 1 2 3 4 5 6 7 8 0 0\n")  # one sample: nothing to measure
+    assert cpu_use(log) == {}
+    runs = [{"label": "idle 1", "load": "idle", "at": "t1", "node": "n", "cases": 2, "stages": {"total": 1700.4},
+             "slowest": [], "cpu_s": 3100, "busy_pct": 91},
+            {"label": "old", "at": "t0", "node": "n", "cases": 2, "stages": {"total": 2184}, "slowest": []},
+            {"label": "stress 1", "load": "stress", "at": "t2", "node": "n", "cases": 2, "stages": {"total": 2500}, "slowest": []}]
+    text = render(runs)
+    assert "- whole suite, idle: 1700 s (idle 1, t1; 3100 CPU-s, 91 % of the cores busy)" in text
+    assert "- whole suite, stress: 2500 s (stress 1, t2)" in text
+    assert "whole suite, idle: 2184" not in text  # a run recorded without its load is in the table only
 
 
 def test_a_stage_the_list_does_not_know_is_shown_before_the_total_not_dropped():
