@@ -26,6 +26,9 @@ STAGES = ["setup: apt", "setup: venv", "setup: collections", "setup: llama-serve
           "total"]
 
 
+SHOWN = 4  # the runs the table shows, the newest; the data file keeps every run
+
+
 def case_name(xml: Path, case: ET.Element) -> str:
     """A case as the tables name it: its stage (the junit file), its module and its test."""
     return f"{xml.stem}: {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
@@ -118,12 +121,14 @@ def fmt(seconds: float | None) -> str:
 
 
 def render(runs: list[dict[str, Any]]) -> str:
-    known = [s for s in STAGES if any(s in r["stages"] for r in runs)]
+    table = runs[-SHOWN:]
+    known = [s for s in STAGES if any(s in r["stages"] for r in table)]
     # a stage this list does not know yet is shown too (before the total), never dropped
-    other = sorted({s for r in runs for s in r["stages"]} - set(STAGES))
+    other = sorted({s for r in table for s in r["stages"]} - set(STAGES))
     shown = [s for s in known if s != "total"] + other + [s for s in known if s == "total"]
-    lines = [BEGIN, "", "| run | " + " | ".join(shown) + " |", "|" + "---|" * (len(shown) + 1)]
-    for r in runs:
+    lines = [BEGIN, "", f"The newest {min(len(runs), SHOWN)} of {len(runs)} runs (all of them: docs/suite-timings.json).", "",
+             "| run | " + " | ".join(shown) + " |", "|" + "---|" * (len(shown) + 1)]
+    for r in table:
         lines.append(f"| {r['label']} ({r['at']}, {r['node']}, {r['cases']} cases) | "
                      + " | ".join(fmt(r["stages"].get(s)) for s in shown) + " |")
     loaded = [r for r in runs if r.get("load")]

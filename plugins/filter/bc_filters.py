@@ -17,6 +17,7 @@ import yaml
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import failure as _bring_back_failure
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import plan as _bring_back_plan
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import readiness_keys as _readiness_keys
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import verdict as _verdict
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_contract import (
     CONTROL,
@@ -196,6 +197,14 @@ def settings_problems(given: dict[str, Any], against: dict[str, dict[str, Any]] 
     contract than the collection's), each naming the bc_* variable and the fix; [] when all are sound. Never quotes a
     secret's value."""
     return _problems(contract() if against is None else against, given)
+
+
+def readiness_keys(server_keys: Any, stopped: Any = False, restarted: Any = False, rolled_back: Any = False,
+                   inherited: Any = None) -> list[str]:
+    """The keys the running server may hold that readiness accepts besides the unit's own (bc_bringback.readiness_keys):
+    [] for a server this cycle or a dead one started with the new unit, unless it was rolled back to the previous one."""
+    return _readiness_keys(server_keys, {"stopped": stopped, "restarted": restarted, "rolled_back": rolled_back,
+                                         "inherited": inherited})
 
 
 def unknown_settings(given: Any) -> list[str]:
@@ -417,7 +426,8 @@ class FilterModule:
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,
             "bc_engine_flags": engine_flags, "bc_redact": redact,
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
-            "bc_settings_problems": settings_problems, "bc_unknown_settings": unknown_settings, "bc_given": given, "bc_effective": effective,
+            "bc_settings_problems": settings_problems, "bc_unknown_settings": unknown_settings,
+            "bc_readiness_keys": readiness_keys, "bc_given": given, "bc_effective": effective,
             "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
             "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem, "bc_key_rotation": key_rotation_of,
             "bc_prom_textfile": prom_textfile, "bc_notification": notification, "bc_same_pid_table": same_pid_table,

@@ -89,6 +89,25 @@ def plan(state: dict[str, Any]) -> dict[str, Any]:
             "gpu_failure": _gpu_failure(state, router_owed, policy) if gpu_sick else "", "problems": problems}
 
 
+def readiness_keys(server_keys: Any, state: dict[str, Any]) -> list[str]:
+    """The keys besides the unit's own that readiness accepts from the server: the keys the running server may hold
+    (`server_keys`, read from the host before the cycle) only where the server that answers is not one this cycle or a
+    dead one started with the new unit - a server that was never stopped (beside, resumed) or one rolled back to the
+    previous unit. A server started with the new unit must take its key: [] then. `state`: stopped (this cycle's
+    drain), restarted (this cycle's start restarted it), rolled_back, inherited (a dead cycle's lock record). A flag
+    it cannot read counts as set where that accepts fewer keys (stopped, restarted) and unset where it would accept
+    more (rolled_back): an unknown never widens what counts as ready."""
+    keys = [k for k in server_keys if isinstance(k, str) and k] if isinstance(server_keys, list) else []
+    inherited = state.get("inherited") if isinstance(state.get("inherited"), dict) else {}
+
+    def truly(value: Any) -> bool:
+        return value is True or (value is not None and value is not False
+                                 and str(value).strip().lower() not in ("false", "no", "0", "off", ""))
+    rolled_back = state.get("rolled_back") is True
+    new_unit = any(truly(v) for v in (state.get("stopped"), state.get("restarted"), inherited.get("stopped")))
+    return keys if rolled_back or not new_unit else []
+
+
 def _gpu_failure(state: dict[str, Any], router_owed: bool, policy: str) -> str:
     problems = "; ".join(str(p) for p in state.get("gpu_problems") or []) or "the check after the sweep left no reading"
     if not router_owed and state.get("strategy") == "beside":

@@ -322,7 +322,7 @@ def in_flight_request(port: int = 30001, tokens: int = 600) -> None:
 def test_drain_that_never_reaches_zero_honours_the_deadline(lab, reliability, policy):
     extra = dict(DOUBLE, bc_drain_deadline_s=3, bc_drain_on_deadline=policy)
     extra["bc_engine_env"] = dict(DOUBLE["bc_engine_env"], BC_DOUBLE_TOKEN_MS="1000", BC_DOUBLE_LOAD_S="0.2", BC_DOUBLE_WARMUP_S="0.2")
-    assert playbook("benchmark_cycle.yml", extra_vars=extra).rc == 0  # applies the env, serves
+    assert playbook("tests/integration/apply_unit.yml", extra_vars=extra).rc == 0  # applies the env, serves
     before = sh("systemctl show -p ExecMainPID --value sglang-double").strip()
     in_flight_request()  # a client holds a 10 min request open
     run = playbook("benchmark_cycle.yml", extra_vars=extra)

@@ -67,14 +67,14 @@ def used_mib() -> int:
 
 @pytest.fixture
 def released_lab(lab):
-    """The nvidia-smi double on the lab host (for these tests only), and the SGLang double installed
-    with the saver: the first cycle stops the unit to apply it."""
+    """The nvidia-smi double on the lab host (for these tests only), and the SGLang double installed with the saver
+    and serving (tests/integration/apply_unit.yml: the unit role, a restart, readiness)."""
     sh("rm -rf /run/lock/benchmark-cycle-* /run/bc-double")
     install_gpu_double()
 
     def install(engine_settings: dict | None = None, **env_changes: str) -> dict:
         extra = settings(engine_settings, **env_changes)
-        run = playbook("benchmark_cycle.yml", extra_vars=dict(extra, bc_stop_policy="always"))
+        run = playbook("tests/integration/apply_unit.yml", extra_vars=extra)
         assert run.rc == 0, run.out[-3000:]
         return extra
     yield install

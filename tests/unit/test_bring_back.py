@@ -5,7 +5,7 @@ its refusals of input it does not know (a misspelt fact must never read as "noth
 from __future__ import annotations
 
 import pytest
-from bc_filters import bring_back, bring_back_failure, cycle_verdict
+from bc_filters import bring_back, bring_back_failure, cycle_verdict, readiness_keys
 
 BASE = {"policy": "unrouted"}
 DEAD_STOPPED = {"stopped": True, "lb_removed": True}
@@ -159,3 +159,29 @@ def test_a_cycle_that_lost_its_lock_says_it_brought_nothing_back():
     assert "it no longer owns lab1: it started nothing and put nothing back in the router" in said
     assert "answers correctly" not in said
     assert "was started again" in cycle_verdict("the sweep: killed", True, False, "lab1", "true")  # only a real true
+
+
+KEYS = ["old-key", "older-key"]
+
+
+@pytest.mark.parametrize(("why", "state", "accepted"), [
+    ("beside: never stopped, never restarted", {}, KEYS),
+    ("resumed in place: never stopped", {"stopped": False, "restarted": False}, KEYS),
+    ("stopped and started with the new unit", {"stopped": True}, []),
+    ("restarted (a release it could not resume)", {"restarted": True}, []),
+    ("a dead cycle stopped it; this one started it", {"inherited": {"stopped": True}}, []),
+    ("a dead cycle released it; this one never stopped it", {"inherited": {"released": True}}, KEYS),
+    ("rolled back to the previous unit after the stop", {"stopped": True, "rolled_back": True}, KEYS),
+    ("a stop flag it cannot read: fewer keys", {"stopped": "maybe"}, []),
+    ("a dead cycle's stop it cannot read: fewer keys", {"inherited": {"stopped": "1"}}, []),
+    ("a rollback flag it cannot read: never more keys", {"stopped": True, "rolled_back": "yes"}, []),
+    ("false as words", {"stopped": "false", "restarted": "no"}, KEYS),
+])
+def test_readiness_accepts_the_servers_old_keys_only_from_a_server_not_started_with_the_new_unit(why, state, accepted):
+    assert readiness_keys(KEYS, **state) == accepted, why
+
+
+@pytest.mark.parametrize("keys", [None, "old-key", {"k": "v"}, [], ["", None, 3]])
+def test_server_keys_that_are_not_a_list_of_keys_give_none(keys):
+    assert readiness_keys(keys) == []
+    assert readiness_keys(["k", *([] if keys is None or not isinstance(keys, list) else keys)]) == ["k"]

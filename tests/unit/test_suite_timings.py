@@ -135,3 +135,12 @@ def test_a_faults_junit_with_a_failed_case_writes_no_case_times(tmp_path):
                                   '<failure message="boom"/></testcase>')
     assert proc.returncode != 0 and "not a green run" in proc.stderr and "test_a" in proc.stderr
     assert not (tmp_path / "case_times.json").exists()
+
+
+def test_the_table_shows_the_newest_runs_and_their_stages_only():
+    runs = [{"label": f"run {i}", "at": "t", "node": "n", "cases": 1, "stages": {f"old stage {i}": 1, "total": 100 + i},
+             "slowest": []} for i in range(6)]
+    text = render(runs)
+    assert "The newest 4 of 6 runs" in text
+    assert "run 0 " not in text and "run 1 " not in text and "| run 5 (t, n, 1 cases)" in text
+    assert "old stage 1" not in text and "old stage 2" in text

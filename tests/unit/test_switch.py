@@ -1,0 +1,210 @@
+"""The dead-man switch's own shell (module_utils/bc_unit.Unit.switch_command), run for real by /bin/sh with a
+systemctl double first on PATH: what it does for each state of the unit and of the controller's promise, and how it
+is armed and disarmed. The real switch under the lab's systemd: tests/integration (test_one_owner.py, test_release.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_unit_lifecycle import Clock, unit, write
+
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import (
+    END_WAIT_S,
+    Unit,
+    UnitError,
+)
+
+# TEST DOUBLE of systemctl for the switch's own shell (no systemd here; the lab runs the real one): it
+# answers `show -P ActiveState|InvocationID` from the files beside it and records every call
+SYSTEMCTL_DOUBLE = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls"
+if [ "$1" = show ] && [ "$2" = -P ]; then cat "$(dirname "$0")/$3"; fi
+# SIGKILL to all: the unit is down, unless the case keeps it stuck going down (a process in the GPU driver)
+if [ "$1" = kill ] && [ ! -e "$(dirname "$0")/stuck" ]; then echo failed > "$(dirname "$0")/ActiveState"; fi
+exit 0
+"""
+ARMED = "6f1c2a9b0e8d4c7fa1b2c3d4e5f60718"
+
+
+def fire(tmp_path: Path, command: list[str], active: str, invocation: str) -> tuple[list[str], str]:
+    """Run the switch's command as its service would, with the systemctl double first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(SYSTEMCTL_DOUBLE)
+    (bin_dir / "systemctl").chmod(0o755)
+    (bin_dir / "calls").write_text("")
+    (bin_dir / "ActiveState").write_text(active + "\n")
+    (bin_dir / "InvocationID").write_text(invocation + "\n")
+    fake_sleep = bin_dir / "sleep"
+    fake_sleep.write_text("#!/bin/sh\nexit 0\n")
+    fake_sleep.chmod(0o755)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": "%s:/usr/bin:/bin" % bin_dir}).stdout
+    return [c for c in (bin_dir / "calls").read_text().splitlines() if not c.startswith("show")], out
+
+
+def test_the_switch_restarts_only_the_start_it_was_armed_for_by_a_stop_job_and_sigkill(tmp_path):
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    command = u.switch_command(None, "restart", ARMED)
+    calls, out = fire(tmp_path, command, "active", ARMED)  # still the released start: restarted
+    assert calls == ["stop --no-block -- llama-lab.service", "kill --kill-who=all --signal=SIGKILL -- llama-lab.service",
+                     "reset-failed -- llama-lab.service", "start --no-block -- llama-lab.service"], calls
+    assert "did not disarm it in time" in out and "restarting llama-lab.service (released in place)" in out
+    # an operator restarted it by hand since (another InvocationID), and it serves: nothing is done, and the
+    # switch says why in its journal
+    calls, out = fire(tmp_path, command, "active", "aa" * 16)
+    assert calls == [] and "runs another start (%s) than the one the switch was armed for (%s): nothing done" % ("aa" * 16, ARMED) in out
+    with pytest.raises(UnitError, match="restarts only the start of it that it was armed for"):
+        u.switch_command(None, "restart", "")
+
+
+def test_the_switch_starts_the_unit_once_it_is_down_and_a_unit_stuck_going_down_at_the_bound(tmp_path):
+    """systemd tests a start against StartLimitBurst at every state change of a stop it waits behind (systemd#39247,
+    252): a start queued behind the switch's own stop spent the burst, and the operator's next start was refused. The
+    switch reads the unit down before its start (the real case: test_faults.py, the operator's start limit); a unit
+    stuck going down (a process in the GPU driver) is started at the bound all the same, queued behind the stop."""
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    for action, armed in (("restart", ARMED), ("start", "")):
+        fire(tmp_path, u.switch_command(None, action, armed), "active" if armed else "deactivating", armed)
+        every = (tmp_path / "bin" / "calls").read_text().splitlines()
+        reset = every.index("reset-failed -- llama-lab.service")
+        assert every[reset - 1] == "show -P ActiveState -- llama-lab.service" and every[reset + 1:] == ["start --no-block -- llama-lab.service"]
+    (tmp_path / "bin" / "stuck").write_text("")
+    fire(tmp_path, u.switch_command(None, "restart", ARMED), "active", ARMED)
+    every = (tmp_path / "bin" / "calls").read_text().splitlines()
+    looks = every[every.index("kill --kill-who=all --signal=SIGKILL -- llama-lab.service") + 1:-2]
+    assert looks == ["show -P ActiveState -- llama-lab.service"] * (END_WAIT_S * 5), looks[-3:]
+    assert every[-2:] == ["reset-failed -- llama-lab.service", "start --no-block -- llama-lab.service"]
+
+
+def test_disarm_lets_a_firing_switch_finish_and_never_cuts_it_halfway(tmp_path):
+    """A switch killed between its SIGKILL and its start would leave the unit down: disarm stops the timer and
+    waits for a firing switch to end, bounded."""
+    calls: list[list[str]] = []
+    firing = {"left": 3}
+
+    def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        words = argv[argv.index("--") + 1:]
+        calls.append(words)
+        if words[:2] == ["is-active", "bc-deadman-bc-test.service"]:
+            firing["left"] -= 1
+            return (0, "active\n", "") if firing["left"] >= 0 else (3, "inactive\n", "")
+        if words[0] == "is-active":
+            return 0, "active\n", ""
+        return 0, "", ""
+    clock = Clock()
+    u = unit(tmp_path, run)  # type: ignore[arg-type]
+    assert u.disarm(clock=clock, sleep=clock.sleep)["was_armed"]
+    assert ["stop", "bc-deadman-bc-test.timer"] in calls and ["stop", "bc-deadman-bc-test.service"] not in calls
+    firing["left"] = 10**6  # it never ends: named, at the bound
+    with pytest.raises(UnitError, match="still firing after %d s" % (END_WAIT_S + 30)):
+        u.disarm(clock=clock, sleep=clock.sleep)
+
+
+@pytest.mark.parametrize("state", ["active", "activating", "reloading"])
+def test_the_switch_never_starts_a_unit_someone_started_since(tmp_path, state):
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    command = u.switch_command("llama-lab/2026-1", "start")
+    calls, out = fire(tmp_path, command, state, "")
+    assert calls == [] and 'llama-lab.service is %s: started since the switch was armed, nothing done' % state in out
+    calls, out = fire(tmp_path, command, "inactive", "")  # stopped by the dead cycle: its sweep ended, started
+    assert calls == ["reset-failed -- llama-lab.service", "start --no-block -- llama-lab.service"]
+    assert "ending the sweep llama-lab/2026-1, then starting llama-lab.service" in out
+
+
+def test_the_dead_man_switch_quotes_every_word_and_ends_the_sweep_first():
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    # a tag of this test alone: the other cases' switches (another xdist worker) pkill their own tags, never this one
+    tag = "quote-%d/2026-1 $(touch /tmp/x)" % os.getpid()
+    argv = u.switch_command(tag)
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[2].index("pkill -KILL") < argv[2].index("systemctl start --no-block -- llama-lab.service")
+    assert "'--tag %s'" % re.escape(tag) in argv[2]  # one quoted, regex-escaped word
+    assert "'--tag quote\\-%d/2026\\-1\\ \\$\\(touch\\ /tmp/x\\)'" % os.getpid() in argv[2]
+    # the real shell and pkill read it as the literal tag: a process with exactly that tag matches, nothing runs
+    probe = subprocess.Popen(["bash", "-c", "exec -a 'x --tag %s' sleep 30" % tag])
+    try:
+        # until bash has exec'd sleep under that name (a fixed pause lost the race on a loaded machine)
+        deadline = time.monotonic() + 30
+        while not Path("/proc/%d/cmdline" % probe.pid).read_bytes().startswith(b"x --tag"):
+            assert probe.poll() is None, "the probe ended (%s) before it was read" % probe.returncode
+            assert time.monotonic() < deadline, "bash did not exec within 30 s"
+            time.sleep(0.02)
+        pattern = next(w for w in argv[2].split("; ") if w.startswith("pkill -KILL")).replace("pkill -KILL", "pgrep")
+        out = subprocess.run(["/bin/sh", "-c", pattern], capture_output=True, text=True, check=False).stdout.split()
+        assert str(probe.pid) in out
+    finally:
+        probe.kill()
+        probe.wait()
+
+
+# -- the heartbeat switch: the controller's promise of its next contact, read by the switch's real shell --------
+def armed_with_heartbeat(tmp_path: Path, promised: str | None, outer_in_s: int = 3600, action: str = "start") -> tuple[list[str], str]:
+    beat_file = tmp_path / "lock" / "heartbeat"
+    beat_file.parent.mkdir(exist_ok=True)
+    if promised is None:
+        beat_file.unlink(missing_ok=True)
+    else:
+        beat_file.write_text(promised)
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    command = u.switch_command("llama-lab/2026-1", action, ARMED if action == "restart" else "", str(beat_file),
+                               int(time.time()) + outer_in_s)
+    return fire(tmp_path, command, "inactive" if action == "start" else "active", ARMED)
+
+
+def test_a_kept_promise_keeps_the_switch_quiet_and_armed(tmp_path):
+    calls, out = armed_with_heartbeat(tmp_path, "%d\n" % (time.time() + 60))
+    assert calls == [] and out == ""  # nothing done, nothing said, its timer left running (it checks again)
+
+
+@pytest.mark.parametrize("promised", ["%d\n" % (time.time() - 1), None, "", "garbage\n", "12 34\n"],
+                         ids=["broken", "absent", "empty", "garbage", "two-numbers"])
+def test_a_broken_or_unreadable_promise_is_a_dead_controller_the_switch_stops_its_timer_and_starts(tmp_path, promised):
+    calls, out = armed_with_heartbeat(tmp_path, promised)
+    assert calls == ["stop --no-block -- bc-deadman-llama-lab.timer", "reset-failed -- llama-lab.service",
+                     "start --no-block -- llama-lab.service"], calls
+    assert "the heartbeat of the controller stopped" in out and "ending the sweep llama-lab/2026-1, then starting" in out
+
+
+def test_the_outer_deadline_holds_even_for_a_controller_that_keeps_its_promises(tmp_path):
+    """Alive but stuck (it beats, never finishes): the switch acts at the cycle's worst case all the same."""
+    calls, _out = armed_with_heartbeat(tmp_path, "%d\n" % (time.time() + 600), outer_in_s=-1, action="restart")
+    assert calls[0] == "stop --no-block -- bc-deadman-llama-lab.timer" and calls[-1] == "start --no-block -- llama-lab.service"
+    assert "kill --kill-who=all --signal=SIGKILL -- llama-lab.service" in calls
+
+
+def test_a_switch_that_finds_the_unit_started_since_touches_nothing_and_keeps_checking_until_its_bound(tmp_path):
+    """The controller died before its stop (or an operator started the unit): nothing to do now, but the timer is left
+    checking (a stop that comes later is covered) until the outer bound, where it stops itself."""
+    beat_file = tmp_path / "heartbeat"
+    beat_file.write_text("0\n")
+    u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
+    calls, out = fire(tmp_path, u.switch_command(None, "start", "", str(beat_file), int(time.time()) + 60), "active", "")
+    assert calls == [] and "started since the switch was armed" in out
+    calls, out = fire(tmp_path, u.switch_command(None, "start", "", str(beat_file), int(time.time()) - 1), "active", "")
+    assert calls == ["stop --no-block -- bc-deadman-llama-lab.timer"] and "started since the switch was armed" in out
+
+
+def test_arming_with_a_heartbeat_checks_every_few_seconds_and_without_fires_once(tmp_path):
+    runs: list[list[str]] = []
+
+    def run(argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
+        runs.append(argv)
+        if "is-active" not in argv:
+            return 0, "", ""
+        return (0, "active\n", "") if any(a.endswith(".timer") for a in argv) else (3, "inactive\n", "")
+    u = unit(tmp_path, run)  # type: ignore[arg-type]
+    got = u.arm(900, None, "start", str(tmp_path / "heartbeat"), 75, now=1000.0)
+    launch = next(a for a in runs if a[0] == "systemd-run")
+    assert got["check_s"] == 15 and "--on-active=15s" in launch and "--on-unit-active=15s" in launch
+    assert '[ "$at" -lt 1900 ]' in launch[-1]  # the outer bound, epoch: armed at 1000 + 900
+    runs.clear()
+    got = u.arm(900, None, "start")
+    launch = next(a for a in runs if a[0] == "systemd-run")
+    assert got["check_s"] == 0 and "--on-active=900s" in launch and not any(a.startswith("--on-unit-active") for a in launch)
+    assert u.arm(900, None, "start", "/x/heartbeat", 5, now=0.0)["check_s"] == 2  # never below 2 s
