@@ -122,10 +122,16 @@ def test_a_command_that_hangs_on_the_host_fails_at_its_own_deadline_naming_it(ll
                 service_after=serving(), data_kept="-", detect_s=None, run_s=run.seconds)
 
 
-@pytest.mark.path("refused.router", real="what a failing hook prints, through every output channel (stdout, JUnit, the event log)")
-def test_router_tokens_stay_out_of_every_channel_and_the_junit_file_is_the_operators(llama, tmp_path, reliability):
+@pytest.mark.path("refused.router", real="a router hook process's exit status and what it prints, through every output "
+                  "channel (stdout, JUnit, the event log)")
+def test_a_failing_router_hook_stops_the_cycle_before_the_drain_and_its_token_stays_out_of_every_channel(
+        llama, tmp_path, reliability):
+    """The hook runs with failed_when false and no_log (its token): its exit code must still decide, and what it
+    prints is shown with its token redacted, in stdout, the event log and the JUnit file (the operator's, 0600)."""
     token = "tok-" + KEY
-    sh(f"printf '#!/bin/sh\\necho \"lb said no to $*\" >&2\\nexit 3\\n' > {HOOK} && chmod +x {HOOK}")
+    sh(f"printf '#!/bin/sh\\necho \"$1\" >> /tmp/lb-log\\necho \"lb said no to $*\" >&2\\nexit 3\\n' > {HOOK} "
+       f"&& chmod +x {HOOK} && rm -f /tmp/lb-log")
+    before = pid()
     junit, log = tmp_path / "junit.xml", tmp_path / "events.jsonl"
     extra = {"bc_lb_remove": {"argv": [HOOK, "remove", "--token=" + token]},
              "bc_lb_restore": {"argv": [HOOK, "restore", "--token=" + token]}}
@@ -133,12 +139,17 @@ def test_router_tokens_stay_out_of_every_channel_and_the_junit_file_is_the_opera
                           env=env(BC_CYCLE_EVENT_LOG=str(log), BC_CYCLE_JUNIT=str(junit)), timeout=600, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and f"the router hook (remove) of {HOST} failed: exit 3" in " ".join(out.split()), out[-3000:]
+    # nothing drained or stopped while the router may still send traffic
+    assert pid() == before and sh("cat /tmp/lb-log").split() == ["remove"], out[-3000:]
     assert "lb said no to remove" in out  # the hook's own words are shown, its token is not
     leaks = {"stdout": token in out, "junit": token in junit.read_text(), "events": token in log.read_text(),
              "results": any(token in p.read_text(errors="replace") for p in (ROOT / "results").rglob("*") if p.is_file())}
     assert not any(leaks.values()), leaks
     assert stat.S_IMODE(junit.stat().st_mode) == 0o600 and stat.S_IMODE(log.stat().st_mode) == 0o600
     assert serving() == "active, answers 2+2=4"
+    reliability(fault="router hook fails", injected="a remove hook that exits 3", did="the cycle stopped before the drain, "
+                "naming the hook and its exit code; nothing stopped", service_after=serving() + " (same PID)", data_kept="-",
+                detect_s=None, run_s=0.0)
     reliability(fault="router token in the outputs", injected="a router hook whose argv carries a token and which echoes it on failure",
                 did="the hook's failure shown with its token redacted in stdout, events, JUnit (0600) and results",
                 service_after=serving(), data_kept="-", detect_s=None, run_s=0.0)

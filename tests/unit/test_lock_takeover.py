@@ -287,3 +287,32 @@ def test_a_refused_lock_names_its_holder_and_the_way_out(break_token, age, said)
 ])
 def test_a_holder_is_dead_by_its_broken_promise_or_its_lease_never_by_its_name(holder, promised, dead):
     assert host_lock.expired(dict(HOLDER, **holder), 1000.0, promised) is dead
+
+
+def test_the_holders_command_line_is_read_whole_whatever_the_terminal_width(tmp_path):
+    """The role's own liveness read (roles/cycle_lock/tasks/main.yml) of a live ansible-playbook whose command line is
+    long (a venv under a long path) with COLUMNS=80 in the environment (as a runner gives it): ps cuts its output to
+    COLUMNS when not on a terminal, and a holder whose "ansible-playbook" fell past the cut was taken for dead."""
+    import os
+
+    import yaml
+
+    tasks = yaml.safe_load((ROOT / "roles/cycle_lock/tasks/main.yml").read_text())
+    check = next(t for block in tasks for t in block.get("block", [])
+                 if t.get("name") == "Check whether the holder's ansible-playbook still runs on this controller")
+    argv = check["ansible.builtin.command"]["argv"]
+    long_dir = tmp_path / ("v" * 90) / "bin"
+    long_dir.mkdir(parents=True)
+    script = long_dir / "ansible-playbook"
+    script.write_text("import time\ntime.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, str(script), "benchmark_cycle.yml"])
+    try:
+        time.sleep(0.2)
+        cmd = [a.replace("{{ cycle_bc.bc_command_timeout_s }}", "10").replace(
+            "{{ __cycle_lock_taken.holder.pid | default('0') }}", str(holder.pid)) for a in argv]
+        read = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False,
+                              env=dict(os.environ, COLUMNS="80"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert read.returncode == 0 and "ansible-playbook" in read.stdout, (cmd, read.stdout)

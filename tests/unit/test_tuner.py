@@ -18,7 +18,6 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils impo
     bc_tuner,
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
-    routing_spec,
     shard,
 )
 
@@ -29,14 +28,6 @@ SMALL = {"num_experts": 8, "hidden_size": 128, "intermediate_size": 64, "top_k":
 CPU = torch.device("cpu")
 
 
-def sample(spec: dict, m: int, s: dict | None = None, seed: int = 0):
-    s = s or shard(dict(K26, tp_size=1))
-    gen = torch.Generator().manual_seed(seed)
-    routing = bc_kernels.Routing(torch, s, routing_spec(spec, s), CPU, gen)
-    return routing, routing.sample(m, gen)
-
-
-@pytest.mark.parametrize("spec", [{"kind": "uniform"}, {"kind": "zipf", "skew": 1.0}, {"kind": "hot", "fraction": 0.5}])
 # -- the tuned Triton backend: its walk, its pick and what it refuses ---------------------------------------------
 def test_the_tuning_walk_is_the_whole_grid_in_a_seeded_order():
     walk = bc_tuner.tune_candidates(0)
