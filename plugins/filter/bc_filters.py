@@ -193,9 +193,9 @@ def posix_name(name: Any, field: str) -> str:
 
 
 def settings_problems(given: dict[str, Any], against: dict[str, dict[str, Any]] | None = None) -> list[str]:
-    """Every problem of the given settings against the contract (module_utils/bc_contract.py; `against`: another
-    contract than the collection's), each naming the bc_* variable and the fix; [] when all are sound. Never quotes a
-    secret's value."""
+    """Every problem of the given settings against the contract (module_utils/bc_contract.py), each naming the bc_*
+    variable and the fix; [] when all are sound. Never quotes a secret's value. `against`: another contract than the
+    collection's (playbooks/vars/contract.yml)."""
     return _problems(contract() if against is None else against, given)
 
 
@@ -211,10 +211,11 @@ def unknown_settings(given: Any) -> list[str]:
     """Each given bc_* name the contract does not know, with what to write instead: a renamed setting's hint
     (bc_contract_renamed), else the closest known name ("did you mean"); [] when every name is known."""
     known, renamed = contract(), _contract_file().get("bc_contract_renamed") or {}
+    names = list(known)
     found = []
     for name in given:
         if name not in known:
-            near = closest(list(known), name)
+            near = closest(names, name)
             found.append("%s -> %s" % (name, renamed.get(name) or ("did you mean %s?" % near if near != "-" else "no such setting")))
     return found
 
@@ -252,9 +253,9 @@ def given(hostvars: Any) -> dict[str, Any]:
 
 
 def effective(values: Any, results_dir: str = "", against: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Every setting of the contract (vars/contract.yml; `against`: another) as the cycle uses it
-    (bc_contract.effective): given or defaulted, numbers and truths read, derived ones filled in (bc_results_dir from
-    `results_dir`), lists in one form; None for a required one not given (the preflight names it)."""
+    """Every setting of the contract (vars/contract.yml) as the cycle uses it (bc_contract.effective): given or
+    defaulted, numbers and truths read, derived ones filled in (bc_results_dir from `results_dir`), lists in one form;
+    None for a required one not given (the preflight names it). `against`: another contract than the collection's."""
     return contract_effective(contract() if against is None else against, dict(values), str(results_dir or ""))
 
 
