@@ -4,7 +4,7 @@ router hook talking to one router double (lab/router_double.py), the real cycle 
 bc_serial 1, 25% and 50% (forks = the batch), then once more with faults on three hosts.
 
     .venv/bin/python bench/fleet_scale.py --hosts 24                 # ./tasks fleet 24
-    .venv/bin/python bench/fleet_scale.py --hosts 9 --serials 34% --faults-serial 34% --no-install
+    .venv/bin/python bench/fleet_scale.py --hosts 9 --serials --faults-serial 34% --apply-unit
                                                                      # the size CI affords (tests/integration/test_fleet_scale.py)
 
 For each roll: its wall time, the controller's CPU (this process's children: ansible-playbook, its
@@ -166,6 +166,19 @@ def roll(inventory: Path, router: dict[str, Any], serial: str, label: str, max_f
             "cycle_play_s": round(cycle_s, 1), "overhead_s": round(wall - cycle_s, 1),
             "probe_cost_s": probe_cost_s(timeline, float(LAB_VARS["bc_readiness_delay_s"])),
             "max_out_sampled": max((len(s[1]) for s in seen["samples"]), default=0), "router": seen, "log": str(log.relative_to(ROOT)),
+            "tail": (proc.stdout + proc.stderr)[-2500:] if proc.returncode else ""}
+
+
+def apply_unit(inventory: Path, count: int) -> dict[str, Any]:
+    """The unit templated, started and awaited on every host at once (the lab cases' setup playbook): what an install
+    roll did, without its drain, sweep, router hooks and report - a third of its CPU. Not a measured roll."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(min(count, 10)), ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{BIN}:{os.environ['PATH']}")
+    started = time.monotonic()
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "tests/integration/apply_unit.yml", "-i", str(inventory)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=3600, check=False)
+    return {"label": "apply-unit", "rc": proc.returncode, "wall_s": round(time.monotonic() - started, 1),
             "tail": (proc.stdout + proc.stderr)[-2500:] if proc.returncode else ""}
 
 
@@ -377,10 +390,13 @@ def model(results: list[dict[str, Any]], cores: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=24)
-    parser.add_argument("--serials", nargs="+", default=["1", "25%", "50%"])
+    parser.add_argument("--serials", nargs="*", default=["1", "25%", "50%"], help="the clean rolls' bc_serial (none: no clean roll)")
     parser.add_argument("--faults-serial", default="25%", help="the faults roll's batch ('' skips it)")
     parser.add_argument("--no-install", dest="install", action="store_false",
-                        help="no install roll first: the first roll installs the unit (CI; its figures then include it)")
+                        help="no install roll first: the first roll installs the unit (its figures then include it)")
+    parser.add_argument("--apply-unit", action="store_true",
+                        help="install with the lab cases' setup (tests/integration/apply_unit.yml: the unit templated, "
+                             "started and awaited on every host at once; no drain, sweep or router) instead of a roll (CI)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "fleet" / "summary.json")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -398,7 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = summary["problems"]
     inventory, router = prepare(args.hosts)
     hosts = hosts_of(inventory)
-    if args.install:
+    if args.apply_unit:
+        applied = apply_unit(inventory, len(hosts))
+        summary["install"] = applied
+        if applied["rc"] != 0:
+            problems.append(f"install: apply_unit.yml failed (rc {applied['rc']}): {applied['tail'][-800:]}")
+    elif args.install:
         # in batches of a quarter: on 2 cores, 24 hosts' preflight import checks (torch, ~2 s of CPU each) at once
         # overrun the check's own 60 s (seen); the install is not a measured roll
         install = roll(inventory, router, "25%", "install")

@@ -180,3 +180,30 @@ def test_roll_lost_stops_a_real_serial_play_at_an_unreachable_host(tmp_path):
     assert "the batch of h1, h2 lost h2 (failed or unreachable before its cycle completed: 50.0% of the batch" in out
     for host in ("h3", "h4"):  # refused at the first task: nothing else ran on them
         assert f"{host} : ok=0 changed=0 unreachable=0 failed=1" in out, out[-2000:]
+
+
+def test_the_settings_are_read_as_plain_values_whatever_container_ansible_hands_over():
+    """Ansible hands a filter lazy containers (mappings that are not plain dicts, whose deep copy copies the templar's
+    context): the contract filters check plain dicts and lists of the same values, with the same verdict."""
+    import collections
+
+    from bc_filters import _native, settings_problems
+
+    class Lazy(collections.abc.Mapping):
+        def __init__(self, data):
+            self._data = data
+
+        def __getitem__(self, key):
+            return self._data[key]
+
+        def __iter__(self):
+            return iter(self._data)
+
+        def __len__(self):
+            return len(self._data)
+
+    given = {"bc_unit": "llama-lab", "bc_sweep_batch_sizes": (1, 8), "bc_engine_env": Lazy({"A": "1"}), "bc_serial": 0}
+    plain = _native(Lazy(dict(given, bc_sweep_batch_sizes=Lazy({"x": (1, 8)}))))
+    assert type(plain) is dict and type(plain["bc_engine_env"]) is dict and plain["bc_sweep_batch_sizes"] == {"x": [1, 8]}
+    assert _native(given)["bc_sweep_batch_sizes"] == [1, 8] and _native("4") == "4"
+    assert settings_problems(Lazy(given)) == settings_problems(given) != []
