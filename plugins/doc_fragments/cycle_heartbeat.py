@@ -16,7 +16,7 @@ options:
         else, as whole epoch seconds, into O(heartbeat.path) (in the cycle's lock directory, which must exist - a
         heartbeat never re-creates a lock).
       - Past that time the controller is dead (killed, cancelled in AWX, cut off), whatever its pid or host name
-        says - the host's dead-man switch (M(inference_ops.benchmark_cycle.inference_unit) with C(state=armed)) brings the service back,
+        says - the host's dead-man switch (M(inference_ops.benchmark_cycle.inference_switch) with C(state=armed)) brings the service back,
         and M(inference_ops.benchmark_cycle.host_lock) lets another cycle take the lock over.
       - A heartbeat that cannot be written fails nothing; the result says why, and the switch reads the controller
         as dead (the safe side).

@@ -7,27 +7,22 @@ install  verify the new unit with systemd-analyze, keep the installed unit and e
 stop     record the unit's processes (its cgroup and the descendants of its main PID), stop it,
          kill those of them still alive whose title or executable is the engine's, wait until the
          GPU memory is really free
-arm      a dead-man switch on the host (a transient systemd timer): if the cycle does not disarm it
-         in time (the controller died, the host was unreachable), it ends this cycle's sweep and
-         starts the unit again
 start    end this cycle's sweep if it still runs, reset-failed (a deliberate start must not count
          against StartLimitBurst), start without waiting for the start job (readiness is the
-         cycle's probe, not systemd's), disarm the switch; a restart (a server whose state is not
+         cycle's probe, not systemd's); a restart (a server whose state is not
          known) first ends it by a stop job and SIGKILL to all its processes: bounded, whatever its
          front end holds
 rollback put back what this cycle's install replaced (kept under its token), end the running server as a
          restart does, reset-failed, start
 
-The host side of `library/inference_unit.py`. Commands are argv lists (no shell); everything that
+The host side of `library/inference_unit.py`; the unit's dead-man switch is bc_switch. Commands are argv lists (no shell); everything that
 needs no host is a pure function with unit tests.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import shlex
 import shutil
 import signal
 import time
@@ -364,117 +359,6 @@ class Unit:
                                 % (self.name, gpu["wait_s"], held, gpu["free_mib"]))
             sleep(min(2.0, max(0.1, deadline - clock())))
 
-    # -- the dead-man switch ---------------------------------------------------------------------
-    def switch_command(self, sweep_tag: str | None, action: str = "start", invocation: str = "", heartbeat: str | None = None,
-                       outer_at: int = 0) -> list[str]:
-        """What the switch runs when it fires. First it checks that the unit is still in the state it was
-        armed for, and else does nothing (an operator, systemd or another cycle brought it back since: a
-        serving server is never restarted): for `start` (the cycle stops the unit) the unit must not be
-        running; for `restart` (the cycle released the server's memory in place: it runs, released and
-        paused) the unit must still run the start it was armed for (`invocation`, its InvocationID). Then
-        it ends the cycle's sweep (the server needs its GPU memory back) and starts the unit (a `restart`
-        ends it first, as end_now). Every step says why in the switch's journal. The only shell in the
-        project: every word is quoted.
-
-        With a `heartbeat` (the controller's promise of its next contact, bc_host.beat) the switch runs every few
-        seconds and does nothing while the promise holds and its outer deadline (`outer_at`, epoch) is ahead; past
-        either (or with a heartbeat that cannot be read: unknown is not alive) it stops its own timer and acts as
-        above. Without one it fires once, at the outer deadline."""
-        if action not in ("start", "restart"):
-            raise UnitError("the dead-man switch of %s can start or restart it, not %r" % (self.name, action))
-        if action == "restart" and not re.match(r"^[0-9a-f]{32}\Z", invocation or ""):
-            raise UnitError("the dead-man switch of %s restarts only the start of it that it was armed for: its "
-                            "InvocationID is %r, not one (the unit is not running?)" % (self.name, invocation))
-        unit = shlex.quote(self.name + ".service")
-        say = "echo benchmark-cycle dead-man switch: "
-        if action == "start":
-            still_armed = ('state=$(systemctl show -P ActiveState -- %s); case "$state" in active|activating|reloading) '
-                           '%s%s is "$state": started since the switch was armed, nothing done; exit 0;; esac'
-                           % (unit, say, unit))
-        else:
-            still_armed = ('now=$(systemctl show -P InvocationID -- %s); [ "$now" = %s ] || { %s%s runs another start '
-                           '"($now)" than the one the switch was armed for \\(%s\\): nothing done; exit 0; }'
-                           % (unit, invocation, say, unit, invocation))
-        why = "the controller of the cycle did not disarm it in time"
-        parts = []
-        if heartbeat:
-            # a kept promise: nothing to do. Past the outer bound the timer stops whatever follows; a broken promise
-            # with a unit no longer in the state it was armed for (the controller died before its stop, an operator
-            # started it) leaves the timer checking; a switch that acts stops its timer first
-            timer = "systemctl stop --no-block -- %s" % shlex.quote(self.switch + ".timer")
-            parts += ["at=$(date +%s)", "promised=$(cat -- %s 2>/dev/null)" % shlex.quote(heartbeat),
-                      'case "$promised" in \'\'|*[!0-9]*) promised=0;; esac',
-                      '[ "$at" -lt %d ] && [ "$at" -lt "$promised" ] && exit 0' % outer_at,
-                      '[ "$at" -ge %d ] && %s' % (outer_at, timer), still_armed, timer]
-            why = ("the heartbeat of the controller stopped, it promised its next contact by $promised and it is $at, "
-                   "0 means none readable, or the outer deadline %d passed" % outer_at)
-        else:
-            parts.append(still_armed)
-        parts += ["%s%s: %s%s" % (
-            say, why, "ending the sweep %s, then " % shlex.quote(sweep_tag) if sweep_tag else "",
-            "restarting %s \\(released in place\\)" % unit if action == "restart" else "starting %s" % unit)]
-        if sweep_tag:
-            parts.append("pkill -KILL -f -- %s" % shlex.quote("--tag " + re.escape(sweep_tag)))
-            parts.append("sleep 2")
-        if action == "restart":
-            # checked again after the sweep's end (2 s: a cycle may have brought it back meanwhile); then, as
-            # end_now(), a stop job (so Restart= never applies) and SIGKILL to all
-            if sweep_tag:
-                parts.append(still_armed)
-            parts.append("systemctl stop --no-block -- %s" % unit)
-            parts.append("systemctl kill --kill-who=all --signal=SIGKILL -- %s" % unit)
-        # the unit down first (a stop of the cycle's own may still run), bounded as end_now, so that the start is tried,
-        # and counted against the start limit, once; past the bound the start is queued behind the stop all the same
-        parts.append('i=0; while [ "$i" -lt %d ]; do case "$(systemctl show -P ActiveState -- %s)" in inactive|failed) '
-                     'break;; esac; sleep 0.2; i=$((i+1)); done' % (END_WAIT_S * 5, unit))
-        parts.append("systemctl reset-failed -- %s" % unit)
-        parts.append("systemctl start --no-block -- %s" % unit)
-        return ["/bin/sh", "-c", "; ".join(parts)]
-
-    def arm(self, after_s: int, sweep_tag: str | None, action: str = "start", heartbeat: str | None = None,
-            beat_for_s: int = 0, now: float | None = None) -> dict[str, Any]:
-        """(Re-)arm the switch to fire `after_s` seconds from now at the latest (a transient timer + service), for
-        the start of the unit that runs now (its InvocationID, read here). With a `heartbeat` file (written just
-        before, promising the next contact within `beat_for_s`), the timer fires every check_s (a quarter of that,
-        2-15 s) and the switch acts once the promise is broken: a dead controller costs the grace, not the worst case."""
-        if after_s < 1:
-            raise UnitError("the dead-man switch of %s needs a deadline of at least 1 s, got %s" % (self.name, after_s))
-        check_s = max(2, min(15, beat_for_s // 4)) if heartbeat else 0
-        if self.check_mode:
-            return {"changed": True, "switch": self.switch, "fires_in_s": after_s, "check_s": check_s}
-        invocation = self.show("InvocationID").get("InvocationID", "") if action == "restart" else ""
-        outer_at = math.ceil(time.time() if now is None else now) + after_s
-        command = self.switch_command(sweep_tag, action, invocation, heartbeat, outer_at)
-        self.disarm()
-        timing = (["--on-active=%ds" % check_s, "--on-unit-active=%ds" % check_s] if heartbeat else ["--on-active=%ds" % after_s])
-        self.run(["systemd-run", "--unit=" + self.switch, *timing, "--timer-property=AccuracySec=1s",
-                  "--description=benchmark-cycle dead-man switch: %ss %s.service" % (action, self.name), "--",
-                  *command], timeout=self.timeout)
-        _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3))
-        if out.strip() != "active":
-            raise UnitError("could not arm the dead-man switch %s.timer for %s (state %s): the cycle would not be safe "
-                            "without its controller, so it stops here" % (self.switch, self.name, out.strip()))
-        return {"changed": True, "switch": self.switch, "fires_in_s": after_s, "switch_action": action,
-                "armed_for_invocation": invocation, "check_s": check_s}
-
-    def disarm(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-               wait_s: float = END_WAIT_S + 30) -> dict[str, Any]:
-        """Stop the switch's timer. A switch that is firing right now is let finish (it takes seconds), never
-        killed halfway: cut between its kill and its start, it would leave the unit down."""
-        if self.check_mode:
-            return {"changed": False, "switch": self.switch}
-        _rc, out = self.systemctl("is-active", self.switch + ".timer", ok=(0, 3, 4))
-        was = out.strip() == "active"
-        self.systemctl("stop", self.switch + ".timer", ok=(0, 1, 5))
-        deadline = clock() + wait_s
-        while self.systemctl("is-active", self.switch + ".service", ok=(0, 3, 4))[1].strip() in ACTIVE_STATES:
-            if clock() >= deadline:
-                raise UnitError("the dead-man switch %s.service of %s is still firing after %d s: see journalctl -u %s.service"
-                                % (self.switch, self.name, wait_s, self.switch))
-            sleep(0.2)
-        self.systemctl("reset-failed", self.switch + ".timer", self.switch + ".service", ok=(0, 1, 5))
-        return {"changed": was, "switch": self.switch, "was_armed": was}
-
     # -- start and rollback --------------------------------------------------------------------
     def end_sweep(self, sweep_tag: str | None, proc_root: str = "/proc", clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep) -> list[str]:
@@ -500,8 +384,6 @@ class Unit:
         shown = self.show("ActiveState", "InvocationID")
         state, invocation = shown["ActiveState"], shown.get("InvocationID", "")
         if only_invocation is not None and invocation != only_invocation:
-            if not self.check_mode:
-                self.disarm()  # another start runs (the switch's, an operator's): this cycle awaits it, the switch is done
             return {"changed": False, "was": state, "n_restarts": 0, "sweeps_ended": [], "invocation_id": invocation}
         changed = restart or state not in ACTIVE_STATES
         if self.check_mode:
@@ -513,7 +395,6 @@ class Unit:
         self.systemctl("reset-failed", self.name + ".service", ok=(0, 1))
         if changed:
             self.systemctl("start", "--no-block", self.name + ".service")
-        self.disarm()
         return {"changed": changed, "was": state, "n_restarts": 0, "sweeps_ended": ended, "invocation_id": invocation,
                 "ended_by_sigkill": killed}
 

@@ -74,7 +74,7 @@ seealso:
   - module: inference_ops.benchmark_cycle.inference_unit
     description: >-
       Stops and starts the service under this lock; the holder records that it stopped it (O(record)), and its
-      dead-man switch (C(state=armed) there) brings the service back when the holder dies.
+      dead-man switch (M(inference_ops.benchmark_cycle.inference_switch)) brings the service back when the holder dies.
   - module: inference_ops.benchmark_cycle.inference_memory
     description: >-
       Releases the server's memory in place under this lock; the holder records the release, so a cycle that

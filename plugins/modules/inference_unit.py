@@ -33,22 +33,16 @@ description:
   - O(state=rolled_back) puts back the files that this cycle's O(state=present) replaced (keyed by
     O(token)) and starts the unit again (a running one is ended as for O(state=restarted) first); when this
     cycle replaced nothing, nothing is restarted.
-  - O(state=armed) arms a dead-man switch on the host (a transient systemd timer) that ends this
-    cycle's sweep and starts the unit again after O(fire_after) seconds, so the service comes back
-    even when the controller dies or the host becomes unreachable (O(switch_action=restart) restarts it,
-    for a server released in place); O(state=started), O(state=restarted) and O(state=disarmed) disarm it.
-    The switch acts only on what it was armed for - it starts a unit that is not running, and restarts only the
-    start of the unit it was armed for (its InvocationID, read when armed); a unit brought back since by anyone is
-    left alone. Each firing says what it did and why in the switch's journal.
-  - O(state=found) reads the unit and its dead-man switch as they are and changes nothing (RV(found)); this
-    module alone names the switch.
+  - O(state=started) and O(state=restarted) also disarm the unit's dead-man switch
+    (M(inference_ops.benchmark_cycle.inference_switch)) - the unit is started, so the switch's job is done.
+  - O(state=found) reads the unit and its dead-man switch as they are and changes nothing (RV(found)).
 version_added: "1.0.0"
 options:
   name: {description: The unit name without C(.service)., type: str, required: true}
   state:
     description: What to do with the unit.
     type: str
-    choices: [present, stopped, started, restarted, sweep_ended, rolled_back, armed, disarmed, found]
+    choices: [present, stopped, started, restarted, sweep_ended, rolled_back, found]
     default: present
   token:
     description:
@@ -94,31 +88,17 @@ options:
   sweep_tag:
     description:
       - With O(state=started), a sweep of this cycle (C(--tag) on its command line) still alive is killed first.
-      - With O(state=armed), the switch ends that sweep before it starts the unit.
     type: str
-  fire_after:
-    description:
-      - With O(state=armed), seconds until the dead-man switch starts the unit unless disarmed or re-armed (the outer
-        bound, for a controller alive but stuck).
-      - With O(heartbeat) as well, the switch reads the heartbeat every RV(check_s) seconds and acts as soon as the
-        controller's promise of its next contact is broken - a dead or cancelled controller costs that grace, not
-        the whole bound.
-    type: int
   invocation_id:
     description:
       - With O(state=started) or O(state=restarted), act only while the unit still runs this start of it (its
         C(InvocationID)); another one means it was started since, and nothing is done (C(changed) false).
     type: str
-  switch_action:
-    description: With O(state=armed), what the switch does to the unit when it fires.
-    type: str
-    choices: [start, restart]
-    default: start
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 notes:
-  - Commands run as argument lists with a timeout each; the one shell is the switch's, built from quoted words.
+  - Commands run as argument lists with a timeout each; no shell.
 attributes:
   check_mode: {support: full, description: Verifies and diffs the unit; reports what would stop or start.}
   diff_mode: {support: full, description: The unit file's diff (never the environment or secrets file's).}
@@ -129,8 +109,9 @@ seealso:
       C(restarts_baseline) is RV(n_restarts).
   - module: inference_ops.benchmark_cycle.inference_memory
     description: >-
-      Frees the server's GPU memory in place instead of O(state=stopped); O(state=armed) with
-      O(switch_action=restart) covers a server left released, and O(state=sweep_ended) precedes its resume.
+      Frees the server's GPU memory in place instead of O(state=stopped); O(state=sweep_ended) precedes its resume.
+  - module: inference_ops.benchmark_cycle.inference_switch
+    description: The unit's dead-man switch, armed before the stop; the start here disarms it.
   - module: inference_ops.benchmark_cycle.marlin_sweep
     description: >-
       The sweep the unit is stopped for; O(sweep_tag) is its C(tag), which O(state=started), O(state=sweep_ended)
@@ -232,24 +213,9 @@ found:
     switch: {ActiveState: inactive, SubState: dead}
 switch:
   description: The dead-man switch's transient unit name.
-  returned: state=armed, disarmed or found
+  returned: state=found
   type: str
   sample: bc-deadman-sglang-k26-ddtree
-fires_in_s:
-  description: Seconds until the armed switch fires (O(fire_after)).
-  returned: state=armed
-  type: int
-  sample: 4300
-armed_for_invocation:
-  description: The InvocationID of the start of the unit the switch restarts (O(switch_action=restart)); empty for C(start).
-  returned: state=armed, except in check mode
-  type: str
-  sample: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718
-switch_action:
-  description: What the armed switch does when it fires (O(switch_action)).
-  returned: state=armed, except in check mode
-  type: str
-  sample: restart
 ended_by_sigkill:
   description: The unit read back after a restart ended it by SIGKILL to all its processes (empty when it did not run).
   returned: state=restarted, except in check mode
@@ -260,11 +226,6 @@ invocation_id:
   returned: state=started, restarted or sweep_ended
   type: str
   sample: 6f1c2a9b0e8d4c7fa1b2c3d4e5f60718
-was_armed:
-  description: The switch was armed when disarmed.
-  returned: state=disarmed, except in check mode
-  type: bool
-  sample: true
 was:
   description: ActiveState before the stop, start or restart.
   returned: state=stopped, started or restarted
@@ -327,15 +288,10 @@ restored:
   type: list
   elements: str
   sample: [/etc/benchmark-cycle/sglang-k26-ddtree.env]
-check_s:
-  description: How often the armed switch reads the heartbeat (0 without O(heartbeat) - it fires once, after O(fire_after)).
-  returned: state=armed
-  type: int
-  sample: 15
 heartbeat:
   description:
     - The heartbeat written before anything else (path, written, until) or why not (why).
-    - With O(state=started), O(state=restarted) or O(state=disarmed) (the switch disarmed), the heartbeat removed
+    - With O(state=started) or O(state=restarted) (the switch disarmed), or O(state=rolled_back), the heartbeat removed
       instead (path, removed), so that a live holder waiting for its server never looks dead to the next cycle.
   returned: when O(heartbeat) is given, except in check mode
   type: dict
@@ -366,6 +322,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
     write_atomic,
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_switch import Switch
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import Unit, UnitError
 
 
@@ -390,19 +347,15 @@ def run_steps(module: AnsibleModule, unit: Unit, beaten: dict[str, Any] | None =
         return dict(unit.stop(ENGINES[p["engine"]]["processes"], p["kill_leftovers"], gpu, stop_timeout=p["stop_timeout"]),
                     gpu_checked=gpu is not None)
     if p["state"] in ("started", "restarted"):
-        return unit.start(p["sweep_tag"], restart=p["state"] == "restarted", only_invocation=p["invocation_id"])
+        result = unit.start(p["sweep_tag"], restart=p["state"] == "restarted", only_invocation=p["invocation_id"])
+        if not module.check_mode:  # started (or another start runs: this cycle awaits it): the switch is done
+            Switch(unit).disarm()
+        return result
     if p["state"] == "sweep_ended":
         ended = [] if module.check_mode else unit.end_sweep(p["sweep_tag"])
         return {"changed": bool(ended), "sweeps_ended": ended,
                 # (`invocation` is Ansible's own key in a result: it would be taken out)
                 "invocation_id": unit.show("InvocationID").get("InvocationID", "")}
-    if p["state"] == "armed":
-        # a switch reads a heartbeat only when this arm could write one; else it fires once, at fire_after
-        written = bool(beaten and beaten.get("written"))
-        beat_file, beat_for = (p["heartbeat"]["path"], p["heartbeat"]["for_s"]) if written else (None, 0)
-        return unit.arm(p["fire_after"], p["sweep_tag"], p["switch_action"], beat_file, beat_for)
-    if p["state"] == "disarmed":
-        return unit.disarm()
     if p["state"] == "found":
         return unit.found()
     return unit.rollback()
@@ -410,8 +363,7 @@ def run_steps(module: AnsibleModule, unit: Unit, beaten: dict[str, Any] | None =
 
 SPEC: dict[str, Any] = {
     "name": {"type": "str", "required": True},
-    "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "armed",
-                                         "disarmed", "found"],
+    "state": {"type": "str", "choices": ["present", "stopped", "started", "restarted", "sweep_ended", "rolled_back", "found"],
               "default": "present"},
     "token": {"type": "str", "no_log": False},  # the cycle's lock token: a name, not a credential
     "content": {"type": "str"},
@@ -431,12 +383,10 @@ SPEC: dict[str, Any] = {
     "stop_timeout": {"type": "int", "default": 300},
     "command_timeout": {"type": "int", "default": 60},
     "sweep_tag": {"type": "str"},
-    "fire_after": {"type": "int"},
-    "switch_action": {"type": "str", "choices": ["start", "restart"], "default": "start"},
     "invocation_id": {"type": "str"},
     "heartbeat": HEARTBEAT_OPTION,
 }
-REQUIRED_IF = [("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"]), ("state", "armed", ["fire_after"])]
+REQUIRED_IF = [("state", "present", ["content", "token"]), ("state", "rolled_back", ["token"])]
 
 
 def problem(p: dict[str, Any]) -> str:
@@ -456,9 +406,10 @@ def problem(p: dict[str, Any]) -> str:
     return ""
 
 
-# the states that disarm the dead-man switch (a start, a restart, a rollback's start, a disarm): each ends the heartbeat
-# (the lock's lease decides its liveness while readiness waits) and acts only for the lock's holder
-DISARMING = ("started", "restarted", "rolled_back", "disarmed")
+# the states that bring the service back (a start and a restart, which disarm the dead-man switch; a rollback's start):
+# each ends the heartbeat (the lock's lease decides its liveness while readiness waits) and acts only for the lock's
+# holder
+DISARMING = ("started", "restarted", "rolled_back")
 
 
 def own_budget(p: dict[str, Any]) -> float:

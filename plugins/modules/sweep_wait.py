@@ -40,8 +40,8 @@ attributes:
 seealso:
   - module: inference_ops.benchmark_cycle.marlin_sweep
     description: The sweep this polls; started with C(async) and C(poll=0).
-  - module: inference_ops.benchmark_cycle.inference_unit
-    description: Its dead-man switch (C(state=armed)) reads the heartbeat each poll writes.
+  - module: inference_ops.benchmark_cycle.inference_switch
+    description: The dead-man switch (C(state=armed)) reads the heartbeat each poll writes.
   - module: ansible.builtin.async_status
     description: The builtin poll of an async job, without a heartbeat.
 """

@@ -451,8 +451,9 @@ def test_the_cycles_starts_never_spend_the_operators_start_limit(llama, reliabil
        " && systemctl daemon-reload")
     try:
         before = sh("systemctl show -P InvocationID llama-lab").strip()
-        arm = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_ops.benchmark_cycle.inference_unit", "-a",
-                              json.dumps({"name": "llama-lab", "state": "armed", "fire_after": 1, "switch_action": "restart"})],
+        script = (ROOT / "roles/service_drain/files/deadman.sh").read_text()
+        arm = subprocess.run([str(BIN / "ansible"), HOST, "-i", INVENTORY, "-m", "inference_ops.benchmark_cycle.inference_switch", "-a",
+                              json.dumps({"name": "llama-lab", "fire_after": 1, "fire_action": "restart", "script": script})],
                              cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600, check=False)
         assert arm.returncode == 0, arm.stdout[-2000:] + arm.stderr[-2000:]
         wait_in_host(f'[ "$(systemctl show -P InvocationID llama-lab)" != {before} ] && systemctl is-active -q llama-lab',
