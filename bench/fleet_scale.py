@@ -82,8 +82,8 @@ def hosts_of(inventory: Path) -> dict[str, dict[str, Any]]:
 def prepare(count: int) -> tuple[Path, dict[str, Any]]:
     """N lab hosts, the router, the double on each host, and the fleet's inventory (each host's hooks name it)."""
     lab = [sys.executable, str(ROOT / "lab/lab.py")]
-    # the fleet's own hosts (bc-fleet-*, their own ports and inventory): the stage runs beside the molecule scenarios,
-    # whose hosts are bc-lab-*
+    # the fleet's own hosts (bc-fleet-*, their own ports and inventory): the stage runs beside integration and vllm,
+    # whose hosts are bc-lab-* and bc-lab-vllm
     subprocess.run([*lab, "up", str(count), "--lab", "fleet"], check=True, cwd=ROOT, timeout=1800)
     router = json.loads(subprocess.run([*lab, "router"], check=True, cwd=ROOT, capture_output=True, text=True,
                                        timeout=300).stdout.strip().splitlines()[-1])

@@ -446,7 +446,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     doc = Path(os.environ.get("BC_RELIABILITY_DOC", ROOT / "results" / "reliability.md"))
     data = doc.with_suffix(".json")
     doc.parent.mkdir(parents=True, exist_ok=True)
-    # two sessions may end at once (./tasks test runs the fleet stage beside the molecule scenarios): each one's rows are
+    # two sessions may end at once (./tasks test runs the fleet and vllm stages beside the integration tests): each one's rows are
     # merged into what the other wrote, under a lock on the data file, never over it
     with open(data, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)

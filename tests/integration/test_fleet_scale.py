@@ -26,7 +26,7 @@ def test_a_fleet_rolls_in_batches_and_stops_at_its_failure_share(reliability):
     try:
         rc = fleet_scale.main(["--hosts", hosts, "--serials", "--faults-serial", "34%", "--apply-unit", "--out", str(out)])
     finally:
-        # the fleet's hosts and router removed (this stage runs beside the molecule scenarios; ./tasks fleet leaves
+        # the fleet's hosts and router removed (this stage runs beside integration and vllm; ./tasks fleet leaves
         # them for a look): nothing of it left running
         subprocess.run([sys.executable, str(ROOT / "lab/lab.py"), "down", "--lab", "fleet"], check=False, timeout=600)
     summary = json.loads(out.read_text())
