@@ -132,17 +132,24 @@ def batch_of(serial: str, count: int) -> int:
     return min(pct_to_int(serial, count), count)
 
 
+def playbook_env(forks: int, **extra: str) -> dict[str, str]:
+    """The environment of the fleet's ansible-playbook runs: this project's ansible.cfg and venv, `forks` workers, none
+    of the caller's ANSIBLE_* or MOLECULE_* settings (the stage may run inside molecule's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(forks), ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{BIN}:{os.environ['PATH']}", **extra)
+    return env
+
+
 def roll(inventory: Path, router: dict[str, Any], serial: str, label: str, max_fail: int = 0) -> dict[str, Any]:
     hosts = hosts_of(inventory)
     batch = batch_of(serial, len(hosts))
     router_reset(router["loopback"])
     forks = max(batch, 5)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
     events = ROOT / "results" / "fleet" / f"{label}.events.jsonl"
     events.parent.mkdir(parents=True, exist_ok=True)
     events.unlink(missing_ok=True)
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(forks), ANSIBLE_FORCE_COLOR="0",
-               PATH=f"{BIN}:{os.environ['PATH']}", BC_CYCLE_EVENT_LOG=str(events))
+    env = playbook_env(forks, BC_CYCLE_EVENT_LOG=str(events))
     cmd = [str(BIN / "ansible-playbook"), "benchmark_cycle.yml", "-i", str(inventory),
            "-e", json.dumps({"bc_serial": serial, "bc_max_fail_percentage": max_fail})]
     before_ctl = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -172,9 +179,7 @@ def roll(inventory: Path, router: dict[str, Any], serial: str, label: str, max_f
 def apply_unit(inventory: Path, count: int) -> dict[str, Any]:
     """The unit templated, started and awaited on every host at once (the lab cases' setup playbook): what an install
     roll did, without its drain, sweep, router hooks and report - a third of its CPU. Not a measured roll."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS=str(min(count, 10)), ANSIBLE_FORCE_COLOR="0",
-               PATH=f"{BIN}:{os.environ['PATH']}")
+    env = playbook_env(min(count, 10))
     started = time.monotonic()
     proc = subprocess.run([str(BIN / "ansible-playbook"), "tests/integration/apply_unit.yml", "-i", str(inventory)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=3600, check=False)
