@@ -327,6 +327,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# the grace vLLM gives requests in flight at its SIGTERM (--shutdown-timeout): past it, it cuts them with an error
+VLLM_SHUTDOWN_TIMEOUT_S = 30
+
+
 def vllm_serve(python: str, model: str, port: int, *extra: str) -> tuple[list[str], dict[str, str]]:
     """The argv and environment a vLLM built by vllm() is served with on the loopback (tests/integration/test_vllm.py,
     bench/vllm_start.py): as a unit starts it, the console script itself (the kernel runs it through its shebang's
@@ -335,7 +339,7 @@ def vllm_serve(python: str, model: str, port: int, *extra: str) -> tuple[list[st
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     argv = [str(Path(python).parent / "vllm"), "serve", model, "--host", "127.0.0.1", "--port", str(port), "--max-model-len",
             "512", "--dtype", "float32", "--served-model-name", "tiny", "--enable-server-load-tracking", "--shutdown-timeout",
-            "30", *extra]
+            str(VLLM_SHUTDOWN_TIMEOUT_S), *extra]
     return argv, env
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "library"))
 from conftest import built
 from test_modules_adhoc import adhoc
 
-from lab import free_port, vllm_serve
+from lab import VLLM_SHUTDOWN_TIMEOUT_S, free_port, vllm_serve
 
 
 def get(url: str, timeout: float = 5) -> int | None:
@@ -107,13 +107,18 @@ def vllm_to_kill(tmp_path_factory: pytest.TempPathFactory):
         yield server
 
 
-def complete(server: Server, results: list, max_tokens: int, timeout: float = 300) -> threading.Thread:
-    """A completion in a thread of its own; its (status, body) lands in `results`."""
+def complete(server: Server, results: list, max_tokens: int, timeout: float = 300, ended: list | None = None) -> threading.Thread:
+    """A completion in a thread of its own; its (status, body) lands in `results`, and when it ended (monotonic) in
+    `ended`."""
     from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import request
 
     payload = {"model": "tiny", "prompt": "2+2=", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
-    thread = threading.Thread(target=lambda: results.append(
-        request("POST", server.url + "/v1/completions", timeout, payload, [""], True)), daemon=True)
+
+    def ask() -> None:
+        results.append(request("POST", server.url + "/v1/completions", timeout, payload, [""], True))
+        if ended is not None:
+            ended.append(time.monotonic())
+    thread = threading.Thread(target=ask, daemon=True)
     thread.start()
     return thread
 
@@ -219,19 +224,22 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
 
 @pytest.mark.path("none.server", real="a real vLLM's SIGTERM drain")
 def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
-    """SIGTERM with a request in flight: with --shutdown-timeout, vLLM finishes it, and meanwhile /health answers 200
-    while each new request is refused with 500; the project's readiness says stopping throughout, never ready."""
+    """SIGTERM with a request in flight: with --shutdown-timeout, vLLM finishes it (or, past that grace, cuts it with an
+    error: seen on a machine kept busy by stress-ng), and meanwhile /health answers 200 while each new request is
+    refused with 500; the project's readiness says stopping throughout, never ready."""
     results: list = []
+    ended: list = []
     engine = engine_core(vllm)
     os.kill(engine, signal.SIGSTOP)  # the request held at its start, so that it is surely in flight at the SIGTERM
     try:
-        thread = complete(vllm, results, 480)
+        thread = complete(vllm, results, 480, ended=ended)
         deadline = time.monotonic() + 60
         while '"server_load":1' not in (request_body(vllm.url + "/load")):
             assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.body[:300]) for r in results]
             time.sleep(0.05)
     finally:
         os.kill(engine, signal.SIGCONT)
+    termed = time.monotonic()  # before the signal: vLLM's grace starts no earlier than this
     os.kill(vllm.proc.pid, signal.SIGTERM)
     assert thread.is_alive(), results  # the request is in flight at the SIGTERM
     seen = []
@@ -252,8 +260,14 @@ def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
     assert not [s for s in seen if s[2]], seen  # never ready once the drain began
     assert (200, "stopping", False) in seen, seen  # the window where /health alone would have said ready
     assert seen[-1][0] is None or vllm.proc.poll() is not None, ("neither gone nor closed 60 s after SIGTERM", seen[-5:])
-    # drained, not aborted: the request is answered in full, or (the hang above) never answered: never cut with an error
-    assert not results or results[0].status == 200, [(r.status, r.body[:300]) for r in results]
+    # drained, not aborted: the request is answered in full, or (the hang above) never answered; cut with an error only
+    # once vLLM's grace for it has run out (a machine too busy to finish 480 tokens within it): its EngineCore drains
+    # until no work is left, and the process manager kills it at the end of --shutdown-timeout (vllm 0.32.0:
+    # v1/engine/core.py _handle_shutdown, v1/engine/utils.py get_engine_process_shutdown_timeout)
+    cut_after = ended[0] - termed if ended else None
+    assert not results or results[0].status == 200 or cut_after >= VLLM_SHUTDOWN_TIMEOUT_S, (
+        "cut %.1f s after the SIGTERM, within vLLM's %d s grace" % (cut_after, VLLM_SHUTDOWN_TIMEOUT_S),
+        [(r.status, r.body[:300]) for r in results])
 
 
 def request_body(url: str) -> str:
