@@ -204,6 +204,11 @@ def test_a_job_cancelled_through_ansible_runner_costs_the_grace_and_the_orphaned
     assert not sh("pgrep -af [b]c_marlin || true").strip()
     rerun = playbook("benchmark_cycle.yml")
     assert rerun.rc == 0, rerun.out[-3000:]
+    # the orphaned workers stay blocked on their dead controller's pipe for ever (no job container to take them down):
+    # each names this case's private data directory, which nothing else does
+    subprocess.run(["pkill", "-KILL", "-f", "--", re.escape(str(pdd))], check=False, timeout=30)
+    wait_for("the orphaned workers' end", lambda: subprocess.run(["pgrep", "-f", "--", re.escape(str(pdd))],
+                                                                check=False, timeout=30).returncode == 1, 30)
     reliability(fault="AWX Cancel (through ansible-runner)", injected="ansible-runner's cancel mid-sweep: SIGKILL to "
                 "ansible-playbook's process group; its workers, in their own session, live on (no job container)",
                 did="the orphaned worker's sweep polls went on as the holder's heartbeat until its pipe filled; then the "
