@@ -3,7 +3,7 @@
 """The dead-man switch of an inference server's unit: a transient systemd timer and service, bc-deadman-<unit>, that
 runs the switch's script (roles/service_drain/files/deadman.sh, which says what it does) on the host.
 
-arm      the script written where it differs, the timer (re-)armed for the start of the unit that runs now: if the
+arm      the script written where it is missing, the timer (re-)armed for the start of the unit that runs now: if the
          cycle does not disarm it in time (the controller died, the host was unreachable), it ends this cycle's
          sweep and starts (or restarts) the unit
 disarm   the timer stopped; a switch firing right now is let finish, never cut halfway
@@ -98,10 +98,11 @@ class Switch:
         path = script_path(text)
         try:
             os.makedirs(SWITCH_DIR, mode=0o755, exist_ok=True)
-            if not root_only(os.lstat(SWITCH_DIR)) and os.geteuid() == 0:
+            folder = os.lstat(SWITCH_DIR)
+            if not root_only(folder) and os.geteuid() == 0:
                 raise UnitError("the dead-man switch's folder %s is not root's alone (owner uid %d, mode %o): its script "
                                 "runs as root. Make it root's, 0755, and run the cycle again"
-                                % (SWITCH_DIR, os.lstat(SWITCH_DIR).st_uid, stat.S_IMODE(os.lstat(SWITCH_DIR).st_mode)))
+                                % (SWITCH_DIR, folder.st_uid, stat.S_IMODE(folder.st_mode)))
             try:
                 st = os.lstat(path)
                 with open(path, encoding="utf-8") as fh:
