@@ -211,12 +211,11 @@ def settings_problems(given: dict[str, Any], against: dict[str, dict[str, Any]] 
     return _problems(contract() if against is None else against, _native(given))
 
 
-def readiness_keys(server_keys: Any, stopped: Any = False, restarted: Any = False, rolled_back: Any = False,
-                   inherited: Any = None) -> list[str]:
+def readiness_keys(server_keys: Any, record: Any = None) -> list[str]:
     """The keys the running server may hold that readiness accepts besides the unit's own (bc_bringback.readiness_keys):
-    [] for a server this cycle or a dead one started with the new unit, unless it was rolled back to the previous one."""
-    return _readiness_keys(server_keys, {"stopped": stopped, "restarted": restarted, "rolled_back": rolled_back,
-                                         "inherited": inherited})
+    [] where the lock's `record` says the server was started with the new unit (stopped and started, or restarted),
+    unless it was rolled back to the previous one."""
+    return _readiness_keys(server_keys, {} if record is None else _native(record))
 
 
 def unknown_settings(given: Any) -> list[str]:
@@ -321,11 +320,10 @@ def strategy(policy: str, sizing: dict[str, Any], support: dict[str, Any] | None
 def bring_back(state: dict[str, Any]) -> dict[str, Any]:
     """What the cycle's bring-back does (bc_bringback.plan): start, resume or restart the service, record that
     nothing stays released, whether the router is owed the host and takes it back, whether the GPU check after the
-    sweep runs and found the GPU sick, and the words of that finding. `state`: what the drain did (stopped,
-    released, release_state, lb_out), the dead cycle's lock record (inherited, inherited_release_done), the unit as a
-    recovery found it (unit_state), the GPU reports (gpu_pre, gpu_swept, gpu_post_healthy, gpu_problems), policy and
-    strategy."""
-    return _bring_back_plan(state)
+    sweep runs and found the GPU sick, and the words of that finding. `state`: the lock's record (record) and this
+    cycle's token, what its release left (release_state), the unit as a recovery found it (unit_state), the GPU
+    reports (gpu_pre, gpu_none, gpu_swept, gpu_post_healthy, gpu_problems), policy and strategy."""
+    return _bring_back_plan(_native(state))
 
 
 def bring_back_failure(plan: dict[str, Any], unit: str, rolled_back: bool, restarted: bool, earlier: str | None,

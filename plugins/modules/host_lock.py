@@ -25,8 +25,10 @@ description:
   - The holder records its progress in the lock (O(record), e.g. that it stopped the service or took
     the host out of the router) with a heartbeat and a lease (O(expires_in)). A lock whose lease ran
     out belongs to a dead cycle, whatever controller ran it (under AWX each job runs in a new
-    container). It is taken over, and its record returned, so that the new cycle finishes the dead
-    one's work (start the service, put it back in the router).
+    container). It is taken over, and its record returned and carried over as the new holder's record, so that the
+    new cycle finishes the dead one's work (start the service, put it back in the router) and what stays undone is
+    still owed if the new cycle dies too. The record is the cycle's journal, and its bring-back decides from it
+    (C(module_utils/bc_bringback.py)).
   - So does a lock whose controller broke its heartbeat's promise of a next contact (the file C(heartbeat) in the
     lock, written by every contact of the cycle from the arm of its dead-man switch to the start - see the
     C(heartbeat) option of M(inference_ops.benchmark_cycle.inference_unit)). A heartbeat that cannot be read proves nothing; the lease decides.
@@ -318,6 +320,9 @@ def claim(path: str, owner: dict[str, Any], judged: dict[str, Any], promised: in
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(heartbeat_file(path))
+        # the dead holder's record is the new holder's: what it left undone stays owed until this cycle does it, even
+        # if this cycle dies too (owner's own record on top)
+        owner["record"] = dict(holder.get("record") or {}, **(owner.get("record") or {}))
         write_owner(path, owner)
         return holder
 

@@ -1,53 +1,80 @@
-"""The bring-back's decisions (bc_bringback.plan through the bc_bring_back filter): a table of what the cycle did, what
-a dead cycle's record says and what the GPU check found, against what is started, resumed, restarted and routed; and
-its refusals of input it does not know (a misspelt fact must never read as "nothing to do")."""
+"""The bring-back's decisions (bc_bringback.plan through the bc_bring_back filter): a table of the lock's record - the
+cycle's journal on the host, this cycle's entries and a dead one's carried over - with what this cycle's release left
+and what the GPU check found, against what is started, resumed, restarted and routed; and its refusals of input it
+does not know (a misspelt fact must never read as "nothing to do")."""
 
 from __future__ import annotations
 
 import pytest
 from bc_filters import bring_back, bring_back_failure, cycle_verdict, readiness_keys
 
-BASE = {"policy": "unrouted"}
+ME = "20261206T030000Z-1"
+BASE = {"policy": "unrouted", "token": ME}
+MINE_RELEASED = {"released": True, "released_by": ME, "released_invocation": "abc", "lb_removed": True}
 DEAD_STOPPED = {"stopped": True, "lb_removed": True}
-DEAD_RELEASED = {"released": True, "released_invocation": "abc", "lb_removed": True}
+DEAD_RELEASED = {"released": True, "released_by": "20261206T020000Z-9", "released_invocation": "abc", "lb_removed": True}
 
 
 def decide(**state: object) -> dict:
     return bring_back(dict(BASE, **state))
 
 
-# what happened                                  state                                       start  resume restart router
+# Each state the lock's record can be in when the bring-back (a cycle's, or a recovery's) begins.
+# what the record says                                     inputs                                start  resume restart router
 TABLE = [
-    ("beside: nothing stopped, nothing owed", {}, False, False, False, False),
-    ("stopped, out of the router", {"stopped": True, "lb_out": True}, True, False, False, True),
-    ("stopped, no router", {"stopped": True}, True, False, False, False),
-    ("released in place", {"released": True, "lb_out": True}, False, True, False, True),
-    ("released, then stopped (fallback)", {"released": True, "stopped": True, "lb_out": True}, True, False, False, True),
-    ("a release that did not answer", {"release_state": "unknown", "lb_out": True}, False, False, True, True),
-    ("a release that answered", {"release_state": "released", "lb_out": True}, False, False, False, True),
-    ("a dead cycle stopped it; this one never drained", {"inherited": DEAD_STOPPED}, True, False, False, True),
-    ("a dead cycle released it, not finished", {"inherited": DEAD_RELEASED}, False, False, True, True),
-    ("a dead cycle released it, finished here", {"inherited": DEAD_RELEASED, "inherited_release_done": True},
-     False, False, False, True),
-    ("a dead cycle took it out; this drain put it back", {"inherited": DEAD_STOPPED, "lb_out": False}, True, False, False,
-     False),
-    ("recovery: the unit found down, nothing recorded", {"unit_state": "failed"}, True, False, False, False),
-    ("recovery: the unit found serving", {"unit_state": "active"}, False, False, False, False),
-    ("recovery: found down but recorded released", {"unit_state": "inactive", "inherited": DEAD_RELEASED},
+    ("nothing recorded: beside, or refused before the drain", {"record": {}}, False, False, False, False),
+    ("out of the router, stopped", {"record": {"lb_removed": True, "stopped": True}}, True, False, False, True),
+    ("stopped, no router", {"record": {"stopped": True}}, True, False, False, False),
+    ("out of the router only: a drain aborted at its deadline, or a remove hook that failed",
+     {"record": {"lb_removed": True}}, False, False, False, True),
+    ("put back in the router by the drain itself", {"record": {"lb_removed": False}}, False, False, False, False),
+    ("released by this cycle, the release answered", {"record": MINE_RELEASED, "release_state": "released"},
+     False, True, False, True),
+    ("released by this cycle, the release did not answer", {"record": MINE_RELEASED, "release_state": "unknown"},
      False, False, True, True),
+    ("released by this cycle, the cycle never saw the answer", {"record": MINE_RELEASED}, False, False, True, True),
+    ("released, freed too little: resumed at once, then stopped",
+     {"record": dict(MINE_RELEASED, released=False, stopped=True), "release_state": "serving"}, True, False, False, True),
+    ("a release refused: the server serves", {"record": dict(MINE_RELEASED, released=False), "release_state": "serving"},
+     False, False, False, True),
+    ("a dead cycle stopped it (carried over)", {"record": DEAD_STOPPED}, True, False, False, True),
+    ("a dead cycle released it, not finished", {"record": DEAD_RELEASED}, False, False, True, True),
+    ("a dead cycle released it; an answer of this cycle's own release never resumes it",
+     {"record": DEAD_RELEASED, "release_state": "released"}, False, False, True, True),
+    ("a dead cycle released it, restarted here (recorded unreleased)", {"record": dict(DEAD_RELEASED, released=False,
+                                                                                       restarted=True)},
+     False, False, False, True),
+    ("a release recorded by an older version (no released_by): restarted, never resumed",
+     {"record": {"released": True, "lb_removed": True}, "release_state": "released"}, False, False, True, True),
+    ("recovery: the unit found down, nothing recorded", {"record": {}, "unit_state": "failed"}, True, False, False, False),
+    ("recovery: the unit found serving", {"record": {}, "unit_state": "active"}, False, False, False, False),
+    ("recovery: found down but recorded released", {"record": DEAD_RELEASED, "unit_state": "inactive"},
+     False, False, True, True),
+    ("recovery: found serving, recorded stopped (the switch started it)", {"record": DEAD_STOPPED, "unit_state": "active"},
+     True, False, False, True),
 ]
 
 
 @pytest.mark.parametrize(("state", "start", "resume", "restart", "router"), [row[1:] for row in TABLE],
                          ids=[row[0] for row in TABLE])
-def test_what_the_bring_back_starts_resumes_restarts_and_routes(state, start, resume, restart, router):
+def test_what_the_bring_back_starts_resumes_restarts_and_routes_from_each_record_state(state, start, resume, restart,
+                                                                                        router):
     got = decide(**state)
     assert (got["start"], got["resume"], got["restart"], got["router_owed"]) == (start, resume, restart, router)
     assert got["record_unreleased"] is (resume or restart)
     assert got["rollback_allowed"] is (start or resume or restart)
-    # nothing this cycle did not stop, release or restart is ever touched
+    assert got["problems"] == []
+    # nothing the record does not say was stopped, released or restarted is ever touched
     if not (start or resume or restart):
         assert not got["rollback_allowed"]
+
+
+@pytest.mark.parametrize(("record", "touched"), [
+    ({}, False), ({"lb_removed": True}, False), ({"stopped": True}, True), (MINE_RELEASED, True),
+    (DEAD_RELEASED, True), ({"released": False, "restarted": True}, True),
+])
+def test_the_job_touched_the_service_when_the_record_says_it_stopped_released_or_restarted_it(record, touched):
+    assert decide(record=record)["touched"] is touched
 
 
 @pytest.mark.parametrize(("gpu", "sick"), [
@@ -63,7 +90,7 @@ def test_what_the_bring_back_starts_resumes_restarts_and_routes(state, start, re
     ({"gpu_pre": True, "gpu_none": True, "gpu_swept": True, "gpu_post_healthy": False}, True),
 ])
 def test_a_gpu_check_that_left_no_reading_is_a_sick_gpu(gpu, sick):
-    got = decide(stopped=True, lb_out=True, **gpu)
+    got = decide(record=DEAD_STOPPED, **gpu)
     assert got["gpu_check"] is bool(gpu.get("gpu_pre") and gpu.get("gpu_swept") and not gpu.get("gpu_none"))
     assert got["gpu_sick"] is sick
     assert (got["gpu_failure"] != "") is sick
@@ -75,7 +102,7 @@ def test_a_gpu_check_that_left_no_reading_is_a_sick_gpu(gpu, sick):
     ("serve", False, False, "back in the router"),
 ])
 def test_a_sick_gpu_keeps_the_host_out_only_under_unrouted(policy, owed, back, words):
-    got = bring_back({"policy": policy, "stopped": True, "lb_out": owed, "gpu_pre": True, "gpu_swept": True,
+    got = bring_back({"policy": policy, "record": {"stopped": True, "lb_removed": owed}, "gpu_pre": True, "gpu_swept": True,
                       "gpu_post_healthy": False, "gpu_problems": ["GPU 0: ECC"]})
     assert got["route_back"] is back
     assert got["gpu_failure"].startswith("GPU health after the sweep: GPU 0: ECC (bc_gpu_health_policy=%s" % policy)
@@ -90,19 +117,23 @@ def test_a_sick_gpu_beside_a_service_never_taken_out_says_to_take_it_out_by_hand
 
 @pytest.mark.parametrize(("state", "says", "safe"), [
     # a policy it does not know: the host whose GPU went bad stays out of the router
-    ({"policy": "Serve", "stopped": True, "lb_out": True, "gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": False},
+    ({"policy": "Serve", "record": DEAD_STOPPED, "gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": False},
      "bc_gpu_health_policy='Serve' is not one of serve|unrouted: read as unrouted", {"start": True, "route_back": False}),
-    ({"policy": None, "stopped": True}, "bc_gpu_health_policy=None", {"start": True}),
+    ({"policy": None, "record": {"stopped": True}}, "bc_gpu_health_policy=None", {"start": True}),
     # a lock written by another version: its known keys still count, the rest is named
-    ({"inherited": {"stopped": True, "lb_removed": True, "paused_at": 3}}, "does not know: paused_at (ignored)",
+    ({"record": {"stopped": True, "lb_removed": True, "paused_at": 3}}, "does not know: paused_at (ignored)",
      {"start": True, "router_owed": True}),
-    ({"stoped": True, "stopped": True}, "unknown input(s) stoped", {"start": True}),  # a misspelt input is named
-    ({"stopped": "yes"}, "stopped='yes' is not true or false; read as True", {"start": True}),
-    ({"inherited": {"released": 1}}, "the lock's record released=1 is not true or false; read as True", {"restart": True}),
-    ({"stopped": True, "gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": "unknown"}, "", {"gpu_sick": True}),
+    ({"stoped": True, "record": {"stopped": True}}, "unknown input(s) stoped", {"start": True}),  # a misspelt input
+    ({"record": {"stopped": "yes"}}, "the lock's record stopped='yes' is not true or false; read as True", {"start": True}),
+    ({"record": {"released": 1}}, "the lock's record released=1 is not true or false; read as True", {"restart": True}),
+    # a record that is not a mapping: the service started and awaited, the host routed once it answers
+    ({"record": "stopped"}, "is not a mapping: read as stopped and out of the router", {"start": True, "router_owed": True}),
+    ({"record": None}, "is not a mapping", {"start": True, "router_owed": True}),
+    ({"record": {"stopped": True}, "gpu_pre": True, "gpu_swept": True, "gpu_post_healthy": "unknown"}, "",
+     {"gpu_sick": True}),
     # a no-GPU flag it cannot read owes the check after the sweep
-    ({"stopped": True, "gpu_pre": True, "gpu_swept": True, "gpu_none": "yes"}, "gpu_none='yes' is not true or false",
-     {"gpu_check": True, "gpu_sick": True}),
+    ({"record": {"stopped": True}, "gpu_pre": True, "gpu_swept": True, "gpu_none": "yes"},
+     "gpu_none='yes' is not true or false", {"gpu_check": True, "gpu_sick": True}),
 ])
 def test_what_it_cannot_read_is_decided_the_safe_way_and_named_never_raised(state, says, safe):
     got = bring_back(dict(BASE, **state))
@@ -111,15 +142,15 @@ def test_what_it_cannot_read_is_decided_the_safe_way_and_named_never_raised(stat
 
 
 def test_what_it_reads_cleanly_has_no_problems():
-    assert decide(stopped=True, lb_out=True, inherited=DEAD_RELEASED)["problems"] == []
+    assert decide(record=dict(DEAD_RELEASED, stopped=True), release_state="serving")["problems"] == []
 
 
 @pytest.mark.parametrize(("state", "rolled", "restarted", "says", "out"), [
-    ({"stopped": True, "lb_out": True}, True, False, "rolled back to the previous unit, which is serving again", False),
-    ({"released": True, "lb_out": True}, False, True, "it was restarted and serves again", False),
-    ({"release_state": "unknown", "lb_out": True}, False, False, "restarted (its memory state was not", True),
-    ({"stopped": True, "lb_out": True}, False, False, "replaced nothing to roll back to", True),
-    ({}, False, False, "this cycle never stopped it: it was not restarted", False),
+    ({"record": DEAD_STOPPED}, True, False, "rolled back to the previous unit, which is serving again", False),
+    ({"record": MINE_RELEASED, "release_state": "released"}, False, True, "it was restarted and serves again", False),
+    ({"record": MINE_RELEASED, "release_state": "unknown"}, False, False, "restarted (its memory state was not", True),
+    ({"record": DEAD_STOPPED}, False, False, "replaced nothing to roll back to", True),
+    ({"record": {}}, False, False, "this cycle never stopped it: it was not restarted", False),
 ])
 def test_the_words_of_a_failed_bring_back(state, rolled, restarted, says, out):
     plan = decide(**state)
@@ -164,24 +195,25 @@ def test_a_cycle_that_lost_its_lock_says_it_brought_nothing_back():
 KEYS = ["old-key", "older-key"]
 
 
-@pytest.mark.parametrize(("why", "state", "accepted"), [
+@pytest.mark.parametrize(("why", "record", "accepted"), [
     ("beside: never stopped, never restarted", {}, KEYS),
-    ("resumed in place: never stopped", {"stopped": False, "restarted": False}, KEYS),
+    ("resumed in place: never stopped", {"released": False, "restarted": False}, KEYS),
     ("stopped and started with the new unit", {"stopped": True}, []),
-    ("restarted (a release it could not resume)", {"restarted": True}, []),
-    ("a dead cycle stopped it; this one started it", {"inherited": {"stopped": True}}, []),
-    ("a dead cycle released it; this one never stopped it", {"inherited": {"released": True}}, KEYS),
+    ("restarted (a release it could not resume)", {"released": False, "restarted": True}, []),
+    ("a dead cycle stopped it (carried over); this one started it", DEAD_STOPPED, []),
+    ("a dead cycle released it; its restart came before this cycle's unit", dict(DEAD_RELEASED, released=False), KEYS),
     ("rolled back to the previous unit after the stop", {"stopped": True, "rolled_back": True}, KEYS),
     ("a stop flag it cannot read: fewer keys", {"stopped": "maybe"}, []),
-    ("a dead cycle's stop it cannot read: fewer keys", {"inherited": {"stopped": "1"}}, []),
+    ("a restart flag it cannot read: fewer keys", {"restarted": "1"}, []),
     ("a rollback flag it cannot read: never more keys", {"stopped": True, "rolled_back": "yes"}, []),
     ("false as words", {"stopped": "false", "restarted": "no"}, KEYS),
+    ("a record that is not a mapping: none", "stopped", []),
 ])
-def test_readiness_accepts_the_servers_old_keys_only_from_a_server_not_started_with_the_new_unit(why, state, accepted):
-    assert readiness_keys(KEYS, **state) == accepted, why
+def test_readiness_accepts_the_servers_old_keys_only_from_a_server_not_started_with_the_new_unit(why, record, accepted):
+    assert readiness_keys(KEYS, record) == accepted, why
 
 
 @pytest.mark.parametrize("keys", [None, "old-key", {"k": "v"}, [], ["", None, 3]])
 def test_server_keys_that_are_not_a_list_of_keys_give_none(keys):
-    assert readiness_keys(keys) == []
+    assert readiness_keys(keys, {}) == []
     assert readiness_keys(["k", *([] if keys is None or not isinstance(keys, list) else keys)]) == ["k"]

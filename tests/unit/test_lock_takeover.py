@@ -163,6 +163,26 @@ def test_a_holder_whose_controller_broke_its_promise_is_dead_though_its_lease_ru
     assert json.loads((lock / "owner.json").read_text())["token"] == "next-cycle"
 
 
+def test_a_taken_over_record_stays_owed_through_a_second_dead_cycle(tmp_path):
+    """The lock's record is the cycle's journal: a take-over carries the dead holder's record over as its own, so
+    when the cycle that took over dies too before it paid the debt (started the service, put the host back in the
+    router), the third cycle still inherits it - and what the second one recorded on top."""
+    from test_modules_adhoc import adhoc
+
+    lock = tmp_path / "bc.lock"
+    live_lease_lock(lock, "%d\n" % (time.time() - 5))  # the first cycle: it stopped the service, then its controller died
+    second = adhoc("host_lock", {"path": str(lock), "token": "second", "expires_in": 600})
+    assert second["broken"] and second["holder"]["record"] == {"stopped": True}, second
+    on_disk = json.loads((lock / "owner.json").read_text())
+    assert on_disk["token"] == "second" and on_disk["record"] == {"stopped": True}
+    wrote = adhoc("host_lock", {"path": str(lock), "token": "second", "state": "recorded", "record": {"lb_removed": True}})
+    assert wrote["holder"]["record"] == {"stopped": True, "lb_removed": True}, wrote  # the read-back the cycle keeps
+    (lock / "heartbeat").write_text("%d\n" % (time.time() - 5))  # the second controller dies too
+    third = adhoc("host_lock", {"path": str(lock), "token": "third", "expires_in": 600})
+    assert third["broken"] and third["broken_holder"]["token"] == "second", third
+    assert third["broken_holder"]["record"] == third["holder"]["record"] == {"stopped": True, "lb_removed": True}
+
+
 def test_a_kept_promise_or_an_unreadable_one_never_hands_a_live_lease_over(tmp_path):
     from test_modules_adhoc import adhoc
 
