@@ -37,8 +37,7 @@ SPEC: dict[str, dict[str, Any]] = {
             "back (bring_back), and fails with the original error once it serves.",
             SETTINGS + " Run the preflight entry point first: it checks them naming the fix for each, sizes the sweep and "
             "sets C(cycle_bc), C(cycle_strategy), C(cycle_budget) and C(cycle_server_keys), which this entry point reads.",
-            "Sets C(cycle_started_at), C(cycle_inherited_release_done) (a dead cycle's release finished here) and "
-            "C(cycle_failure) (what failed first, when anything did).",
+            "Sets C(cycle_started_at) and C(cycle_failure) (what failed first, when anything did).",
         ],
     },
     "preflight": {

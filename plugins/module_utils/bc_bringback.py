@@ -14,10 +14,11 @@ so each decision is written once and tested as a table of record states.
 - a service the record says nothing about is never started or restarted here.
 
 The router is owed the host when the record says it left the router (`lb_removed`, written before the remove
-hook: a hook whose outcome is not known is undone too); it takes the host back unless a GPU went bad during the
-sweep and the policy keeps such a host out (`unrouted`). A post-sweep check that should have run and left no reading
-is a sick GPU: absent is never healthy. Only a host whose pre-sweep check found it declared GPU-less (no nvidia-smi,
-none expected) has no post-sweep check owed; a post-sweep report that is there is believed either way.
+hook: a cycle that dies during the hook is undone by the next; a hook that fails here leaves the debt as it was);
+it takes the host back unless a GPU went bad during the sweep and the policy keeps such a host out (`unrouted`).
+A post-sweep check that should have run and left no reading is a sick GPU: absent is never healthy. Only a host
+whose pre-sweep check found it declared GPU-less (no nvidia-smi, none expected) has no post-sweep check owed; a
+post-sweep report that is there is believed either way.
 
 It never raises: it runs where a stopped service must come back whatever else is wrong. What it cannot read (an
 unknown policy, an unknown key in a lock's record, a record that is not a mapping, a flag that is not true or false,

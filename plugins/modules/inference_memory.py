@@ -88,10 +88,10 @@ seealso:
     description: >-
       Stops the service instead when the release falls back (RV(fell_back)) or the server cannot release,
       and restarts one left C(unknown).
+  - module: inference_ops.benchmark_cycle.inference_load_info
+    description: The drain waits on it before the release.
   - module: inference_ops.benchmark_cycle.inference_health
-    description: >-
-      Its C(probe=load) drains the server before the release; probe readiness only after O(state=resumed), since a
-      paused SGLang answers 503.
+    description: Probe readiness only after O(state=resumed), since a paused SGLang answers 503.
   - module: inference_ops.benchmark_cycle.marlin_sweep
     description: >-
       The sweep the memory is freed for - its preflight's C(need_mib) is this module's O(need_mib) and its

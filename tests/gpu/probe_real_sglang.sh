@@ -19,11 +19,11 @@ raw() { { echo "== [$(since)s] $1"; shift; "$@" 2>&1 | head -c 4000; echo; } >> 
 # ansible-core for the machine's Python 3.12, from the carried wheels
 python3 -m pip install -q --no-index --find-links .gpuwheels --target /tmp/ansible-site ansible-core > "$OUT/pip.log" 2>&1 \
   || { log "pip install of ansible-core failed"; cat "$OUT/pip.log"; exit 1; }
-probe() {  # $1: the module's arguments (JSON); prints one line: phase status latency ready reason/answer
+probe() {  # $1: the module's arguments (JSON), $2: the module (inference_health when not given); prints one line
   ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_LOAD_CALLBACK_PLUGINS=0 ANSIBLE_CALLBACKS_ENABLED=inference_ops.benchmark_cycle.benchmark_cycle_progress ANSIBLE_STDOUT_CALLBACK=ansible.builtin.oneline \
   ANSIBLE_CALLBACK_RESULT_FORMAT=json ANSIBLE_COLLECTIONS_PATH=$PWD/collections PYTHONPATH=/tmp/ansible-site \
     ${ANSIBLE_CMD:-python3 /tmp/ansible-site/bin/ansible} localhost -i localhost, -c local -e ansible_python_interpreter=python3 \
-    -m inference_ops.benchmark_cycle.inference_health -a "$1" 2>/dev/null | python3 -c '
+    -m "inference_ops.benchmark_cycle.${2:-inference_health}" -a "$1" 2>/dev/null | python3 -c '
 import json, sys
 out = sys.stdin.read()
 head, _, body = out.partition("=>")
@@ -63,7 +63,7 @@ if [ $READY = 1 ]; then
   log "completion, wrong model: $(probe "{$A,\"probe\":\"completion\",\"model\":\"tiny-k3\",\"api_key\":\"$KEY\",\"timeout\":30}")"
   log "completion, no key: $(probe "{$A,\"probe\":\"completion\",\"model\":\"tiny-kimi\",\"timeout\":30}")"
   log "liveness: $(probe "{$A,\"probe\":\"liveness\",\"timeout\":30}")"
-  log "load, idle: $(probe "{$A,\"probe\":\"load\",\"api_key\":\"$KEY\",\"timeout\":10}")"
+  log "load, idle: $(probe "{$A,\"api_key\":\"$KEY\",\"timeout\":10}" inference_load_info)"
   raw "/v1/loads idle" curl -s -H "Authorization: Bearer $KEY" "$URL/v1/loads"
   raw "/metrics idle" sh -c "curl -s $URL/metrics | grep -E '^sglang:(num_running_reqs|num_queue_reqs|engine_startup_time|startup)'"
   # a long request in flight
@@ -72,7 +72,7 @@ if [ $READY = 1 ]; then
     > "$OUT/long-request.json" 2>&1 &
   CPID=$!
   sleep 1.5
-  log "load, 1 in flight: $(probe "{$A,\"probe\":\"load\",\"api_key\":\"$KEY\",\"timeout\":10}")"
+  log "load, 1 in flight: $(probe "{$A,\"api_key\":\"$KEY\",\"timeout\":10}" inference_load_info)"
   raw "/v1/loads busy" curl -s -H "Authorization: Bearer $KEY" "$URL/v1/loads"
   raw "/metrics busy" sh -c "curl -s $URL/metrics | grep -E '^sglang:(num_running_reqs|num_queue_reqs)'"
   raw "nvidia-smi before SIGTERM" nvidia-smi --query-gpu=memory.used --format=csv,noheader

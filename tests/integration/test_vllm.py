@@ -17,7 +17,6 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -130,20 +129,23 @@ def engine_core(server: Server) -> int:
 def module_probe(server: Server, probe: str, timeout: float = 5) -> dict:
     """inference_health's own exchange and verdict (its ask and judge), in this process: a probe every fraction of a
     second, where an ansible run costs seconds. The module's parameters are the ones its spec gives."""
-    from inference_health import SPEC, ask, judge
+    from inference_health import SPEC, ask
+
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import classify
 
     params = {k: v.get("default") for k, v in SPEC.items()}
     params.update(url=server.url, engine="vllm", engine_version=server.version, probe=probe, timeout=timeout,
                   model="tiny")
-    module = SimpleNamespace(params=params)
     prof = resolve("vllm", server.version)[0]
-    answer, expect, _gauges, kind = ask(module, prof, server.url, timeout)  # type: ignore[arg-type]
-    return judge(params, prof, answer, None, {"journal_failure": ""}, expect, kind)[0]
+    answer, expect, kind = ask(params, prof, server.url, timeout)
+    return classify(prof, kind, answer, None, None, "", expect)
 
 
 def health(server: Server, probe: str, **extra: object) -> dict:
-    args = {"url": server.url, "engine": "vllm", "engine_version": server.version, "probe": probe, **extra}
-    return adhoc("inference_health", args)
+    args = {"url": server.url, "engine": "vllm", "engine_version": server.version, **extra}
+    if probe == "load":  # the drain's question is its own module's
+        return adhoc("inference_load_info", args)
+    return adhoc("inference_health", dict(args, probe=probe))
 
 
 @pytest.mark.path("none.server", real="a real vLLM server")
@@ -184,7 +186,7 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
     engine's own gauges are its last report (0 and 0 when this was first run); the project's drain counts the API
     server's own count (/load, --enable-server-load-tracking, believed from the server's command line), and its
     readiness asks the engine for a token."""
-    from inference_health import load_fields
+    from inference_load_info import load_fields
 
     from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import in_flight, request
 

@@ -97,7 +97,7 @@ def test_a_missing_key_fails_the_completion_at_once_with_the_servers_words_and_a
     assert nokey["_status"] == "FAILED!" and "HTTP 401: Unauthorized" in nokey["msg"], nokey
     # /health* and /metrics are exempt from the key (utils/auth.py:100), /v1/loads is not
     assert adhoc("inference_health", {"url": url})["ready"] is True
-    loads = adhoc("inference_health", {"url": url, "probe": "load"})
+    loads = adhoc("inference_load_info", {"url": url})
     assert loads["in_flight"] is None and "HTTP 401" in loads["in_flight_unknown"]
 
 
@@ -109,7 +109,7 @@ def test_the_drain_reads_live_counts_not_the_sampled_gauges(double):
         time.sleep(0.5)
         metrics = subprocess.run(["curl", "-s", url + "/metrics"], capture_output=True, text=True, timeout=10, check=True).stdout
         assert 'sglang:num_running_reqs{' in metrics and "} 0.0" in metrics.splitlines()[1]  # the stale sample says 0
-        r = adhoc("inference_health", {"url": url, "probe": "load", "engine_version": "0.5.10"})
+        r = adhoc("inference_load_info", {"url": url, "engine_version": "0.5.10"})
         assert r["in_flight"] == 1.0, r  # /v1/loads says 1: the drain waits
     finally:
         client.kill()
@@ -129,7 +129,7 @@ def test_a_request_waiting_for_its_prefill_is_in_flight_though_the_load_snapshot
                                           check=True).stdout)
         waiting = loads["loads"][0]["num_waiting_reqs"]
         assert waiting == (1 if version == "0.5.10" else 0), loads  # 0.5.10 asks the scheduler; 0.5.16 reads the snapshot
-        r = adhoc("inference_health", {"url": url, "probe": "load", "engine_version": version})
+        r = adhoc("inference_load_info", {"url": url, "engine_version": version})
         assert r["in_flight"] == 1.0 and r["in_flight_by_metric"]["front end (sglang:http_requests_active)"] == 1.0, r
     finally:
         client.kill()
@@ -137,7 +137,7 @@ def test_a_request_waiting_for_its_prefill_is_in_flight_though_the_load_snapshot
 
 def test_without_metrics_the_front_end_is_unknown_and_unknown_is_not_zero(double):
     url = double(*[a for a in CT200 if a != "--enable-metrics"], version="0.5.16")
-    r = adhoc("inference_health", {"url": url, "probe": "load", "engine_version": "0.5.16"})
+    r = adhoc("inference_load_info", {"url": url, "engine_version": "0.5.16"})
     assert r["in_flight"] is None and "front end are not counted" in r["in_flight_unknown"], r
 
 

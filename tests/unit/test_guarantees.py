@@ -215,8 +215,8 @@ def test_load_probe_reports_unknown_not_zero_when_metrics_fail():
     for status in (404, 401, 501):
         server = slow_server(0.0, status)
         try:
-            r = adhoc("inference_health", {"url": "http://127.0.0.1:%d" % server.server_port, "engine": "llamacpp",
-                                           "probe": "load", "timeout": 5})
+            r = adhoc("inference_load_info", {"url": "http://127.0.0.1:%d" % server.server_port, "engine": "llamacpp",
+                                              "timeout": 5})
             assert r["_status"] == "SUCCESS" and r["in_flight"] is None, r
             assert "HTTP %d" % status in r["in_flight_unknown"]
         finally:

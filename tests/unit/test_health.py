@@ -246,7 +246,7 @@ def test_an_unreadable_environment_leaves_the_count_unknown_not_believed():
 def test_a_stalled_vllm_engine_is_never_read_as_idle():
     """The engine's gauges say 0 and 0 while two requests wait on a stopped EngineCore: the drain counts the larger
     of the engine's and the API server's own count, and without the latter it does not know."""
-    from inference_health import load_fields
+    from inference_load_info import load_fields
 
     prof, p = resolve("vllm", "0.32")[0], {"engine": "vllm"}
     busy = load_fields(p, prof, HttpResult(200, VLLM_STALLED_METRICS), False, gauges('{"server_load":2}'), running(VLLM_ARGV))
@@ -284,7 +284,7 @@ def gauges(body: str, status: int = 200) -> HttpResult:
 
 
 def test_a_drain_never_reads_zero_from_the_snapshot_while_the_front_end_holds_work():
-    from inference_health import load_fields
+    from inference_load_info import load_fields
 
     p = {"engine": "sglang"}
     prof = resolve("sglang", "0.5.16")[0]

@@ -125,7 +125,10 @@ def test_every_value_is_an_argument_of_its_own_and_the_sweep_tag_is_matched_lite
     pattern, handed to the real pgrep, finds a process with exactly that tag and nothing runs."""
     u = Unit("llama-lab", lambda *a, **k: (0, "", ""), write, systemd_dir="/x", state_dir="/x")
     # a tag of this test alone: the other cases' switches (another xdist worker) pkill their own tags, never this one
-    tag = "quote-%d/2026-1 `touch /tmp/x` .*" % os.getpid()
+    # the command a shell would run from the tag names a file of this run alone: one left by anything else proves nothing
+    injected = Path("/tmp/x-%d" % os.getpid())
+    injected.unlink(missing_ok=True)
+    tag = "quote-%d/2026-1 `touch %s` .*" % (os.getpid(), injected)
     argv = Switch(u).command(str(SCRIPT), tag)
     with pytest.raises(UnitError, match="systemd would expand a"):  # systemd expands $VAR in a service's arguments
         Switch(u).command(str(SCRIPT), "x/$HOME")
@@ -136,7 +139,7 @@ def test_every_value_is_an_argument_of_its_own_and_the_sweep_tag_is_matched_lite
     (bin_dir / "pkill").write_text('#!/bin/sh\nprintf "%s" "$4" > "$(dirname "$0")/pattern"\n')
     (bin_dir / "pkill").chmod(0o755)
     calls, out = fire(tmp_path, argv, "inactive", "")
-    assert "ending the sweep %s, then starting llama-lab.service" % tag in out and not Path("/tmp/x").exists()
+    assert "ending the sweep %s, then starting llama-lab.service" % tag in out and not injected.exists()
     assert calls[-1] == "start --no-block -- llama-lab.service"
     pattern = (bin_dir / "pattern").read_text()
     assert pattern == "--tag " + re.escape(tag).replace("\\ ", " ").replace("\\/", "/"), pattern
