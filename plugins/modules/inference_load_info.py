@@ -104,6 +104,41 @@ reason:
   returned: always
   type: str
   sample: ""
+ready:
+  description: The load endpoint answered as a ready server does.
+  returned: always
+  type: bool
+  sample: true
+latency_ms:
+  description: Milliseconds the load endpoint's HTTP request took.
+  returned: always
+  type: float
+  sample: 4.2
+url:
+  description: The base URL read (O(url) without a trailing slash).
+  returned: always
+  type: str
+  sample: "http://127.0.0.1:30001"
+stage:
+  description: Label of the last progress line in the unit's journal since its start (empty when none).
+  returned: when O(unit) is set
+  type: str
+  sample: ""
+stage_line:
+  description: The journal line that gave RV(stage), redacted and cut at 240 characters.
+  returned: when O(unit) is set
+  type: str
+  sample: ""
+since_start_s:
+  description: Seconds since the unit left the inactive state.
+  returned: when O(unit) is set and not inactive
+  type: float
+  sample: 3512.9
+profile_note:
+  description: Which known version's profile was used for an O(engine_version) that is not one (also a warning).
+  returned: when O(engine_version) is not a known version
+  type: str
+  sample: "sglang 0.5.18 is not a version this profile was read from (0.5.10, 0.5.15, 0.5.16, 0.5.23): using 0.5.16's"
 http_status:
   description: HTTP status of the load endpoint, null when no HTTP answer came.
   returned: always
