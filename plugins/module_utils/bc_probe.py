@@ -10,6 +10,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import resolve, with_health_timeout
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import (
     UNIT_PROPERTIES,
     HttpResult,
@@ -17,7 +18,13 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
     queued_job,
     request,
 )
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, check_timeout, unit_show
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import (
+    CommandError,
+    check_timeout,
+    main_process,
+    redact,
+    unit_show,
+)
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
 
 # the options both probes take besides the server's own (bc_release.SERVER_SPEC)
@@ -91,3 +98,58 @@ def unit_facts(unit: str, engine: dict[str, Any], lines: int, read_journal: bool
             stage, stage_line, failure = journal_stage(out.splitlines(), engine, failures_since)
             facts.update(stage=stage, stage_line=stage_line, journal_failure=failure)
     return state, facts
+
+
+def start(module: Any, bad: str) -> tuple[dict[str, Any], str, str, dict[str, Any] | None]:
+    """A probe's start: its parameters' problem (`bad`) refused; the engine's profile (and the note when its version is
+    not a known one), scaled to the health-check timeout the server really runs with; the base URL; the server's main
+    process (what it runs with), read once, or None without a unit."""
+    p = module.params
+    if bad:
+        module.fail_json(msg=bad)
+    try:
+        prof, note = resolve(p["engine"], p["engine_version"])
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    server = main_process(p["unit"]) if p["unit"] else None
+    return with_health_timeout(prof, server["environ"] if server else None), note, p["url"].rstrip("/"), server
+
+
+def read_unit(module: Any, prof: dict[str, Any], read_journal: bool) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """unit_facts of the probe's unit (None and no journal without one); systemctl that does not answer fails the
+    probe, naming the command."""
+    p = module.params
+    if not p["unit"]:
+        return None, {"journal_failure": ""}
+    try:
+        return unit_facts(p["unit"], prof, p["journal_lines"], read_journal, p["failures_since"])
+    except CommandError as exc:
+        module.fail_json(msg=str(exc))
+        raise  # (fail_json exits)
+
+
+def report(module: Any, result: dict[str, Any], base: str, note: str, unit_state: dict[str, Any] | None,
+           jfacts: dict[str, Any]) -> None:
+    """What every probe's result carries besides its own answer: the URL, the host's clock, the profile's note (also a
+    warning), whether the wait's deadline passed, the unit's state and journal facts."""
+    p = module.params
+    result.update(changed=False, url=base, host_time=round(time.time(), 3))
+    if note:
+        result["profile_note"] = note
+        module.warn(note)
+    if p["deadline"] is not None:
+        result["deadline_passed"] = time.time() >= p["deadline"]
+    if unit_state is not None:
+        result.update(jfacts, unit_state=unit_state)
+
+
+def end(module: Any, result: dict[str, Any], texts: tuple[str, ...]) -> None:
+    """The probe's end: every key and secret taken out of its `texts`; a failed result fails the task with its reason."""
+    p = module.params
+    secrets = [s for s in [p["api_key"], *p["api_key_fallbacks"], *p["secrets"]] if s]
+    for key in texts:
+        if isinstance(result.get(key), str):
+            result[key] = redact(result[key], secrets)
+    if result["failed"]:
+        module.fail_json(msg=result["reason"], **{k: v for k, v in result.items() if k != "failed"})
+    module.exit_json(**result)

@@ -257,10 +257,17 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import resolve, with_health_timeout
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import HttpResult, classify, startup_phases
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, main_process, redact
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_probe import WAIT_SPEC, call, cut, problem, unit_facts
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_probe import (
+    WAIT_SPEC,
+    call,
+    cut,
+    end,
+    problem,
+    read_unit,
+    report,
+    start,
+)
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_release import SERVER_SPEC
 
 DEFAULT_PROMPT = "2+2="
@@ -314,48 +321,19 @@ def complete(p: dict[str, Any], prof: dict[str, Any], base: str, timeout: float,
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
-    bad = validate(p)
-    if bad:
-        module.fail_json(msg=bad)
-    try:
-        prof, profile_note = resolve(p["engine"], p["engine_version"])
-    except ValueError as err:
-        module.fail_json(msg=str(err))
-    base = p["url"].rstrip("/")
-    # what the server really runs with (its main process), read once: its health-check timeout
-    server = main_process(p["unit"]) if p["unit"] else None
-    prof = with_health_timeout(prof, server["environ"] if server else None)
+    prof, note, base, _server = start(module, validate(p))
     timeout = cut(max(p["timeout"], prof["min_timeout_s"]) if p["probe"] == "readiness" else p["timeout"], p["deadline"])
     started = time.monotonic()
     answer, expect, kind = ask(p, prof, base, timeout)
-    unit_state, jfacts = (None, {"journal_failure": ""})
-    if p["unit"]:
-        try:
-            unit_state, jfacts = unit_facts(p["unit"], prof, p["journal_lines"], read_journal=answer.status != 200,
-                                            failures_since=p["failures_since"])
-        except CommandError as exc:
-            module.fail_json(msg=str(exc))
+    unit_state, jfacts = read_unit(module, prof, read_journal=answer.status != 200)
     result = classify(prof, kind, answer, unit_state, p["restarts_baseline"], jfacts.pop("journal_failure"), expect)
-    result.update(changed=False, url=base, host_time=round(time.time(), 3))
-    if profile_note:
-        result["profile_note"] = profile_note
-        module.warn(profile_note)
-    if p["deadline"] is not None:
-        result["deadline_passed"] = time.time() >= p["deadline"]
+    report(module, result, base, note, unit_state, jfacts)
     result["probe_ms"] = round((time.monotonic() - started) * 1000, 1)
-    if unit_state is not None:
-        result.update(jfacts, unit_state=unit_state)
     if result["ready"] and prof["startup_metrics"]:
         metrics = call(p, "GET", base + prof["metrics_path"], min(timeout, 5))
         if metrics.status == 200:
             result["startup_phases"] = startup_phases(metrics.body, prof)
-    secrets = [s for s in [p["api_key"], *p["api_key_fallbacks"], *p["secrets"]] if s]
-    for key in ("reason", "stage_line"):
-        if isinstance(result.get(key), str):
-            result[key] = redact(result[key], secrets)
-    if result["failed"]:
-        module.fail_json(msg=result["reason"], **{k: v for k, v in result.items() if k != "failed"})
-    module.exit_json(**result)
+    end(module, result, ("reason", "stage_line"))
 
 
 if __name__ == "__main__":

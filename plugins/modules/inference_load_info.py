@@ -167,10 +167,17 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_engines import resolve, with_health_timeout
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_health import HttpResult, classify, front_end, in_flight
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, main_process, redact
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_probe import WAIT_SPEC, call, cut, problem, unit_facts
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_probe import (
+    WAIT_SPEC,
+    call,
+    cut,
+    end,
+    problem,
+    read_unit,
+    report,
+    start,
+)
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_release import SERVER_SPEC
 
 SPEC: dict[str, Any] = dict(SERVER_SPEC, **WAIT_SPEC, restarts_baseline={"type": "int"})
@@ -239,44 +246,16 @@ def load_fields(p: dict[str, Any], prof: dict[str, Any], answer: HttpResult, not
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
-    bad = problem(p)
-    if bad:
-        module.fail_json(msg=bad)
-    try:
-        prof, profile_note = resolve(p["engine"], p["engine_version"])
-    except ValueError as err:
-        module.fail_json(msg=str(err))
-    base = p["url"].rstrip("/")
-    # what the server really runs with (its main process), read once: its health-check timeout and its flags
-    server = main_process(p["unit"]) if p["unit"] else None
-    prof = with_health_timeout(prof, server["environ"] if server else None)
+    prof, note, base, server = start(module, problem(p))
     answer, gauges = ask(p, prof, base, cut(p["timeout"], p["deadline"]))
-    unit_state, jfacts = (None, {"journal_failure": ""})
-    if p["unit"]:
-        try:
-            unit_state, jfacts = unit_facts(p["unit"], prof, p["journal_lines"], True, p["failures_since"])
-        except CommandError as exc:
-            module.fail_json(msg=str(exc))
+    unit_state, jfacts = read_unit(module, prof, read_journal=True)
     result, not_running = judge(p, prof, answer, unit_state, jfacts)
-    result.update(changed=False, url=base, host_time=round(time.time(), 3))
-    if profile_note:
-        result["profile_note"] = profile_note
-        module.warn(profile_note)
-    if p["deadline"] is not None:
-        result["deadline_passed"] = time.time() >= p["deadline"]
-    if unit_state is not None:
-        result.update(jfacts, unit_state=unit_state)
+    report(module, result, base, note, unit_state, jfacts)
     if not result["failed"]:
         if server is not None and unit_state is not None and unit_state.get("ExecMainPID") != server["pid"]:
             server = None  # the server was read before a restart: what it ran with says nothing of the one that answered
         result.update(load_fields(p, prof, answer, not_running, gauges, server))
-    secrets = [s for s in [p["api_key"], *p["api_key_fallbacks"], *p["secrets"]] if s]
-    for key in ("reason", "stage_line", "in_flight_unknown"):
-        if isinstance(result.get(key), str):
-            result[key] = redact(result[key], secrets)
-    if result["failed"]:
-        module.fail_json(msg=result["reason"], **{k: v for k, v in result.items() if k != "failed"})
-    module.exit_json(**result)
+    end(module, result, ("reason", "stage_line", "in_flight_unknown"))
 
 
 if __name__ == "__main__":
