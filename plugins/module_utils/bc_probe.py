@@ -27,8 +27,10 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
 
-# the options both probes take besides the server's own (bc_release.SERVER_SPEC)
+# the options both probes take besides the server's own (bc_release.SERVER_SPEC); documented once, in the doc
+# fragment inference_wait
 WAIT_SPEC: dict[str, Any] = {
+    "restarts_baseline": {"type": "int"},
     "deadline": {"type": "float"},
     "failures_since": {"type": "float", "default": 0},
     "journal_lines": {"type": "int", "default": 400},

@@ -19,6 +19,7 @@ description:
   - How much work the server holds (for a drain) is M(inference_ops.benchmark_cycle.inference_load_info)'s question.
   - What each engine answers while it starts is data (module_utils/bc_engines.py), not code.
 version_added: "1.0.0"
+extends_documentation_fragment: [inference_ops.benchmark_cycle.inference_wait]
 options:
   url:
     description: Base URL of the server, scheme, host and port (no path), for example C(http://127.0.0.1:30001).
@@ -74,20 +75,6 @@ options:
       - systemd unit running the server; its state and journal are read on every probe, and its main process's command
         line and environment (what the server really runs with, its health-check timeout and the flags its counts need).
     type: str
-  restarts_baseline:
-    description: NRestarts of O(unit) when the cycle started it; a larger value is a crash loop and fails the probe.
-    type: int
-  failures_since:
-    description:
-      - Epoch seconds on the host's clock; a failure line of the journal counts only from then on (the wait's own
-        window), so that a line an earlier phase of the same run logged is not taken for the state now. 0 counts the
-        whole run of the unit.
-    type: float
-    default: 0
-  journal_lines:
-    description: How many journal lines since the unit's start to scan for progress and failure lines.
-    type: int
-    default: 400
   validate_certs:
     description: Verify TLS certificates for https URLs.
     type: bool
@@ -97,17 +84,6 @@ options:
       - The engine's version; picks the profile read from that version's sources (module_utils/bc_engines.py
         VERSIONS). A version between known ones takes the older's; an unknown one the nearest's, with a warning.
     type: str
-  deadline:
-    description:
-      - Wall-clock end of the whole wait this probe belongs to (seconds since the epoch, on the host's clock). The
-        HTTP request is cut at what is left of it (at least 1 s) and C(deadline_passed) says when it is over, so a
-        wait of C(retries) probes ends at the deadline however slowly the server answers.
-    type: float
-  secrets:
-    description: Values removed from every text this module returns (journal lines, errors), besides O(api_key).
-    type: list
-    elements: str
-    default: []
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 attributes:
@@ -280,7 +256,6 @@ SPEC: dict[str, Any] = dict(
     expect={"type": "str"},
     max_tokens={"type": "int", "default": 4, "no_log": False},
     model={"type": "str", "default": ""},
-    restarts_baseline={"type": "int"},
 )
 
 

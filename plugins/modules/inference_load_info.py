@@ -21,31 +21,10 @@ description:
     answer (the unit failed, restarted since O(restarts_baseline), logged a fatal line since O(failures_since)).
   - Whether the server serves is M(inference_ops.benchmark_cycle.inference_health)'s question.
 version_added: "1.0.0"
-extends_documentation_fragment: [inference_ops.benchmark_cycle.inference_server, inference_ops.benchmark_cycle.read_only]
-options:
-  restarts_baseline:
-    description: NRestarts of O(unit) when the cycle started it; a larger value is a crash loop and fails the read.
-    type: int
-  failures_since:
-    description:
-      - Epoch seconds on the host's clock; a failure line of the journal counts only from then on (the drain's own
-        window). 0 counts the whole run of the unit.
-    type: float
-    default: 0
-  journal_lines:
-    description: How many journal lines since the unit's start to scan for progress and failure lines.
-    type: int
-    default: 400
-  deadline:
-    description:
-      - Wall-clock end of the drain this read belongs to (seconds since the epoch, on the host's clock). The HTTP
-        requests are cut at what is left of it (at least 1 s) and RV(deadline_passed) says when it is over.
-    type: float
-  secrets:
-    description: Values removed from every text this module returns (journal lines, errors), besides O(api_key).
-    type: list
-    elements: str
-    default: []
+extends_documentation_fragment:
+  - inference_ops.benchmark_cycle.inference_server
+  - inference_ops.benchmark_cycle.inference_wait
+  - inference_ops.benchmark_cycle.read_only
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 seealso:
@@ -180,7 +159,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_p
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_release import SERVER_SPEC
 
-SPEC: dict[str, Any] = dict(SERVER_SPEC, **WAIT_SPEC, restarts_baseline={"type": "int"})
+SPEC: dict[str, Any] = dict(SERVER_SPEC, **WAIT_SPEC)
 
 
 def ask(p: dict[str, Any], prof: dict[str, Any], base: str, timeout: float) -> tuple[HttpResult, HttpResult | None]:
