@@ -1,6 +1,6 @@
 """The lab for integration tests: real podman containers with systemd as PID 1, the real
 llama-server under systemd, the real ansible-playbook over ssh. Started once per session, or
-provided by molecule (BC_LAB_PROVIDED=1: molecule's create/converge made it; the faults and fleet
+provided by molecule (BC_LAB_PROVIDED=1: molecule's create/converge made it; the default and faults
 scenarios run these tests as their verify step)."""
 
 from __future__ import annotations
@@ -405,7 +405,7 @@ def in_flight_at_deadline(out: str) -> float:
 
 
 # -- the reliability table (docs/reliability.md): one row per fault test, every cell measured -----
-# The faults and the fleet scenarios are separate pytest sessions: each one replaces the rows of the
+# The pytest sessions of a run (molecule's faults, the fleet stage) are separate: each one replaces the rows of the
 # tests it ran (a test that failed loses its row) in <doc>.json and renders the whole table again.
 ROWS: list[dict[str, Any]] = []
 RAN: set[str] = set()
@@ -462,9 +462,8 @@ DOUBLE = yaml.safe_load((ROOT / "tests/doubles/sglang-unit.yml").read_text())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The fleet test re-creates the lab with 3 hosts: it runs after every 1-host test. In a parallel run the cases
-    start longest first (schedule.py: the last green run's times), so that no long case is left to run alone at the
-    end; a serial run keeps the files' order."""
+    """In a parallel run the cases start longest first (schedule.py: the last green run's times), so that no long case
+    is left to run alone at the end; a serial run keeps the files' order."""
     if WORKERS > 1:
         from schedule import load_times, longest_first
 
@@ -472,4 +471,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                   for i, item in enumerate(items) if (marks := list(item.iter_markers("xdist_group")))}
         order = longest_first([test_id(item) for item in items], load_times(), groups)
         items[:] = [items[i] for i in order]
-    items.sort(key=lambda item: Path(str(item.fspath)).name == "test_fleet.py")

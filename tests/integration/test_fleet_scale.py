@@ -1,9 +1,12 @@
 """The fleet at the size CI affords (#31): 9 lab hosts (BC_FLEET_HOSTS), the SGLang double on
 each under systemd (its unit applied by tests/integration/apply_unit.yml), every router hook talking to one router
-double, the real cycle rolled in batches of 3 (serial 34%) with three faulty hosts. A clean roll walks the steps of
-molecule's (test_fleet.py, at serial 1); the faults roll is the path only this case walks: batches, the failure share,
-the roll stopped. bench/fleet_scale.py does the rolls and checks each invariant from what the router saw and the hosts
-say; `./tasks fleet 24` is the full run whose figures are in docs/fleet.md."""
+double, the real cycle rolled in batches of 3 (serial 34%) with three faulty hosts. It is the one real case of the
+path `roll.fleet` (#45: molecule's fleet scenario, 3 hosts at serial 1, walked the same path and is merged here): the
+healthy hosts of the first two batches each out of the router and back once, never more out at once than a batch and
+the failed hosts it keeps out (exact and sampled by the router), a failure after the stop that still starts the
+service, the failure share, the roll stopped and the later batches untouched (their servers' PIDs).
+bench/fleet_scale.py does the rolls and checks each invariant from what the router saw and the hosts say;
+`./tasks fleet 24` is the full run whose figures are in docs/fleet.md."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_the_times_written_from_a_runs_junit_are_the_ones_the_order_reads(tmp_pa
     ET.SubElement(cases, "testcase", classname="tests.integration.test_faults", name="test_mail[a@b]", time="8")
     ET.ElementTree(root).write(suite / "molecule-faults.xml")
     ET.ElementTree(root).write(suite / "unit.xml")  # not the parallel lab stage: not recorded
-    ET.ElementTree(root).write(suite / "molecule-fleet.xml")  # nor the serial fleet scenario
+    ET.ElementTree(root).write(suite / "molecule-default.xml")  # nor the serial default scenario
     times = case_times(suite)
     assert times == {"test_faults.py::test_drain[force]": 190.3, "test_release.py::test_pause": 20.0,
                      "test_faults.py::test_oom": 61.0, "test_faults.py::test_kill[user@host]": 7.0,
