@@ -45,8 +45,11 @@ def test_the_import_graph_between_the_projects_files_is_whole():
             target = Path(spec.origin).resolve()
             assert target.is_relative_to(ROOT / "plugins"), (name, target)
             edges.setdefault(str(path.relative_to(ROOT)), set()).add(str(target.relative_to(ROOT)))
-    modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "plugins" / "modules").glob("*.py"))
-    assert all(edges.get(m) for m in modules), [m for m in modules if not edges.get(m)]  # every module over module_utils
+    # every module over module_utils; a module that only documents an action plugin of its name (it runs on the
+    # controller: plugins/action/) has no code of its own
+    modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "plugins" / "modules").glob("*.py")
+                     if not (ROOT / "plugins" / "action" / p.name).exists())
+    assert all(edges.get(m) for m in modules), [m for m in modules if not edges.get(m)]
     assert "plugins/module_utils/bc_strategy.py" in edges["plugins/filter/bc_filters.py"]
     assert "plugins/module_utils/bc_host.py" in edges["plugins/module_utils/bc_unit.py"]
 
