@@ -20,7 +20,12 @@ def make_dirs(path: str) -> None:
         missing.append(path)
         path = os.path.dirname(path)
     for directory in reversed(missing):
-        os.mkdir(directory, 0o755)
+        try:
+            os.mkdir(directory, 0o755)
+        except FileExistsError:  # made meanwhile (the hosts of a batch run this at once, each in its own worker)
+            if os.path.isdir(directory):
+                continue
+            raise
         os.chmod(directory, 0o755)
 
 

@@ -25,6 +25,31 @@ def test_a_missing_directory_and_its_parents_are_created_0755_whatever_the_umask
     assert list(target.iterdir()) == []  # the probe file was removed
 
 
+def test_the_hosts_of_a_batch_creating_it_at_once_all_succeed(tmp_path):
+    """Each host of a batch runs the action in its own worker process, at once: one creates each directory, the
+    others find it made meanwhile and go on (a real race: 8 processes on one start signal, 10 rounds)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+
+    def worker(start, out, target) -> None:
+        start.wait(30)
+        out.put(ensure_writable(str(target), check_mode=False))
+
+    for round_ in range(10):
+        target = tmp_path / str(round_) / "x" / "y" / "results"
+        start, out = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(start, out, target)) for _ in range(8)]
+        for proc in procs:
+            proc.start()
+        start.set()
+        answers = [out.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join(60)
+        assert all(problem == "" for _created, problem in answers), answers
+        assert sum(created for created, _problem in answers) >= 1 and mode(target) == 0o755
+
+
 def test_an_existing_directory_is_written_and_left_as_it_was(tmp_path):
     target = tmp_path / "results"
     target.mkdir(mode=0o700)
