@@ -15,10 +15,13 @@ description:
     refuses it in its preflight, before anything on a host is touched.
   - The state is one object, the directory O(path). Missing, it is created (mode C(0755); its parents too, with the
     same mode). Present, its mode is never changed. Either way a file is written in it and removed again; only a
-    write that worked proves the directory writable (a read-only mount, a full disk, an ACL).
-  - A path that is not a directory, or that this user cannot write, fails the task naming the path and the reason.
-  - Runs on the controller itself (an action plugin); no module is sent anywhere and no interpreter is started, which
-    the four builtin tasks it replaced (C(stat), C(file), C(tempfile), C(file)) cost on every cycle.
+    write that worked proves the directory writable (a read-only mount, an ACL, no inode left).
+  - A symlink to a directory is that directory (a volume mounted elsewhere). A path that is not a directory, a
+    symlink to nothing, or a directory this user cannot write fails the task naming the path and the reason.
+  - Runs on the controller, in the task's worker process (an action plugin); no module is sent anywhere and no
+    interpreter is started, which the four builtin tasks it replaced (C(stat), C(file), C(tempfile), C(file)) cost
+    on every cycle. The task is delegated to C(localhost), so none of the host's connection or become settings is
+    read.
 version_added: "1.0.0"
 options:
   path:
@@ -57,7 +60,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The directory, as given.
+  description: The directory, with C(~) and environment variables expanded (empty when O(path) was not given).
   returned: always
   type: str
   sample: /srv/benchmark-cycle/results
