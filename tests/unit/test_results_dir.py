@@ -24,7 +24,7 @@ def test_a_missing_directory_and_its_parents_are_created_0755_whatever_the_umask
             assert ensure_writable(str(target), check_mode=False) == (True, "")
         finally:
             os.umask(old)
-        made = [p for p in (target.parent, target)]
+        made = (target.parent, target)
         assert [mode(p) for p in made] == [0o755, 0o755], (oct(umask), [oct(mode(p)) for p in made])
         assert list(target.iterdir()) == []  # the probe file was removed
 
