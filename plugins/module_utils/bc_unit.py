@@ -36,6 +36,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
     parse_gpus,
     processes,
     read_text,
+    run,
     unit_show,
 )
 
@@ -454,3 +455,27 @@ class Unit:
             self.systemctl("start", "--no-block", self.name + ".service")
         return {"changed": True, "rolled_back": True, "restored": restored, "n_restarts": 0,
                 "rollback_dir": kept_dir}
+
+
+def key_texts(unit: str, files: list[str], rollback_dir: str, timeout: float, runner: Runner = run,
+              proc_root: str = "/proc") -> dict[str, Any]:
+    """What the preflight reads of a unit, in one round trip: its main PID (0: it runs nothing) and the text of each
+    file that may hold its API key, by path - `files` (its environment and secrets files), its main process's
+    environment (NUL-separated) and the copies of `files` an install kept under `rollback_dir` (a rotation not yet in
+    force). A file that does not exist or cannot be read is left out: it holds no key. A hung systemctl is a
+    CommandError at `timeout`, one that fails or gives no MainPID a CommandFailed: a PID not known is never 0."""
+    pid = unit_show(unit, ("MainPID",), timeout, runner, numbers=True).get("MainPID")
+    if not isinstance(pid, int):
+        raise CommandFailed("systemctl show %s gave no MainPID (%r)" % (unit, str(pid)[:40]))
+    names = {os.path.basename(f) for f in files if f}
+    kept = sorted(os.path.join(top, name) for top, _dirs, found in os.walk(rollback_dir) for name in found
+                  if name in names) if rollback_dir else []
+    environ = [os.path.join(proc_root, str(pid), "environ")] if pid > 0 else []
+    texts = {}
+    for path in [f for f in files if f] + environ + kept:
+        try:
+            with open(path, "rb") as fh:
+                texts[path] = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+    return {"main_pid": pid, "texts": texts}

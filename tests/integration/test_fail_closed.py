@@ -98,7 +98,7 @@ def test_a_target_that_matches_no_host_fails_the_job(llama, reliability):
 # a systemctl that hangs on the one question the preflight asks it first (a wedged systemd or D-Bus); every other call
 # goes to the real one: the cycle's read is killed on the host at bc_command_timeout_s, not left to the task's bound
 HUNG_SYSTEMCTL = """#!/bin/sh
-[ "$1 $2 $3 $4" = "show -p MainPID --value" ] && exec sleep infinity
+[ "$1 $2 $3" = "--property=MainPID -- show" ] && exec sleep infinity
 exec /usr/bin/systemctl "$@"
 """
 

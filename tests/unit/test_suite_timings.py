@@ -56,6 +56,17 @@ def test_the_cpu_of_a_run_is_read_from_its_proc_stat_samples_and_each_whole_run_
     assert "- whole suite, idle: 1700 s (idle 1, t1; 3100 CPU-s, 91 % of the cores busy)" in text
     assert "- whole suite, stress: 2500 s (stress 1, t2)" in text
     assert "whole suite, idle: 2184" not in text  # a run recorded without its load is in the table only
+    more = [dict(runs[0], label="idle %d" % i, stages={"total": 1000 + i}) for i in range(2, 8)]
+    text = render(runs + more)
+    assert "The newest 6 of 8 runs" in text and "(idle 7, t1;" in text and "(idle 2, t1;" in text
+    assert "(idle 1, t1;" not in text and "(stress 1, t2)" not in text  # older lines: in docs/suite-timings.json only
+
+
+def test_a_side_stages_wrapper_is_not_a_column_of_its_own():
+    runs = [{"label": "r", "at": "t", "node": "n", "cases": 1, "slowest": [],
+             "stages": {"unit": 190, "molecule default": 78, "molecule": 78, "vllm": 488, "vllm and fleet": 488, "total": 900}}]
+    header = render(runs).split("| run |")[1].splitlines()[0]
+    assert header == " unit | vllm | molecule default | total |", header
 
 
 def test_a_stage_the_list_does_not_know_is_shown_before_the_total_not_dropped():
