@@ -46,6 +46,10 @@ class CommandError(Exception):
     """A command failed to run or ran past its deadline; the message names it."""
 
 
+class CommandTimeout(CommandError):
+    """A command ran past its deadline and was killed (a hung one), not one that could not start."""
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every given secret value and every secret-looking field's value replaced."""
     out = str(text)
@@ -65,16 +69,16 @@ def check_timeout(value: float, field: str, maximum: float = 7 * 86400) -> float
 
 def run(argv: list[str], timeout: float, stdin: str | None = None, env: dict[str, str] | None = None,
         cwd: str | None = None) -> tuple[int, str, str]:
-    """(rc, stdout, stderr) of an argument list (no shell), or a CommandError once it ran past
-    `timeout` seconds (the process is killed) or could not be started."""
+    """(rc, stdout, stderr) of an argument list (no shell), or a CommandTimeout once it ran past
+    `timeout` seconds (the process is killed), a CommandError if it could not be started."""
     try:
         # not AnsibleModule.run_command: it takes no timeout, and every command here has one (and runs without a module)
         # pylint: disable-next=ansible-bad-function
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
                               errors="replace", env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
-        raise CommandError("%s did not finish within %g s and was killed (a hung %s: see the host)"
-                           % (" ".join(argv[:3]), timeout, argv[0])) from None
+        raise CommandTimeout("%s did not finish within %g s and was killed (a hung %s: see the host)"
+                             % (" ".join(argv[:3]), timeout, argv[0])) from None
     except OSError as err:
         raise CommandError("cannot run %s: %s" % (argv[0], err)) from None
     return proc.returncode, proc.stdout, proc.stderr

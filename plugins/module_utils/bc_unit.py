@@ -463,13 +463,18 @@ def key_texts(unit: str, files: list[str], rollback_dir: str, timeout: float, ru
     file that may hold its API key, by path - `files` (its environment and secrets files), its main process's
     environment (NUL-separated) and the copies of `files` an install kept under `rollback_dir` (a rotation not yet in
     force). A file that does not exist or cannot be read is left out: it holds no key. A hung systemctl is a
-    CommandError at `timeout`, one that fails or gives no MainPID a CommandFailed: a PID not known is never 0."""
+    CommandTimeout at `timeout`, one that fails or gives no MainPID a CommandFailed, one that cannot start a
+    CommandError: a PID not known is never 0. Paths are read as given (texts' keys are the caller's strings)."""
     pid = unit_show(unit, ("MainPID",), timeout, runner, numbers=True).get("MainPID")
     if not isinstance(pid, int):
         raise CommandFailed("systemctl show %s gave no MainPID (%r)" % (unit, str(pid)[:40]))
     names = {os.path.basename(f) for f in files if f}
-    kept = sorted(os.path.join(top, name) for top, _dirs, found in os.walk(rollback_dir) for name in found
-                  if name in names) if rollback_dir else []
+    # what an install kept is a regular file: a symlink, a FIFO or a device of that name is never followed or opened
+    kept = []
+    for top, _dirs, found in os.walk(rollback_dir):  # "" or a missing directory: nothing
+        for path in (os.path.join(top, name) for name in sorted(names.intersection(found))):
+            if os.path.isfile(path) and not os.path.islink(path):
+                kept.append(path)
     environ = [os.path.join(proc_root, str(pid), "environ")] if pid > 0 else []
     texts = {}
     for path in [f for f in files if f] + environ + kept:

@@ -14,9 +14,11 @@ description:
     (C(systemctl show), bounded by O(timeout)) and the text of each file that may hold the server's API key - its
     environment and secrets files (O(files)), its main process's environment (C(/proc/PID/environ)) and the copies
     of O(files) a past install kept under O(rollback_dir) (a key rotation not yet in force). Read-only.
-  - A file that does not exist or cannot be read is left out - it holds no key.
+  - A file that does not exist or cannot be read is left out - it holds no key. Paths are absolute and read as
+    given (no C(~) or variable expansion), and RV(texts) is keyed by them.
   - A C(systemctl) that does not answer within O(timeout) is killed and the module fails with RV(hung) true; one that
-    fails, or gives no main PID, fails the module too - a PID not known is never read as "not running".
+    fails, cannot be started or gives no main PID fails the module with RV(hung) false - a PID not known is never read
+    as "not running".
 version_added: "1.0.0"
 extends_documentation_fragment: [inference_ops.benchmark_cycle.read_only]
 author: benchmark-cycle contributors (!UNKNOWN)
@@ -28,11 +30,13 @@ options:
   files:
     description: The unit's files that may hold the key (its environment file, its secrets file); empty items are skipped.
     type: list
-    elements: path
+    elements: str
     default: []
   rollback_dir:
-    description: Where the unit's installs keep what they replaced; searched for files named as O(files). None - none.
-    type: path
+    description:
+      - Where the unit's installs keep what they replaced, searched for regular files named as O(files) (a symlink, a
+        FIFO or a device of that name is skipped). None - none.
+    type: str
   timeout:
     description: Seconds C(systemctl show) may take on the host before it is killed.
     type: float
@@ -68,22 +72,22 @@ texts:
   sample: {/etc/default/sglang-kimi: "SGLANG_API_KEY=...\n"}
 hung:
   description: C(systemctl show) did not answer within O(timeout) and was killed.
-  returned: always
+  returned: when the module ran
   type: bool
   sample: false
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, CommandFailed, check_timeout
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, CommandTimeout, check_timeout
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import UnitError, check_name, key_texts
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec={
         "unit": {"type": "str", "required": True},
-        "files": {"type": "list", "elements": "path", "default": []},
-        "rollback_dir": {"type": "path"},
+        "files": {"type": "list", "elements": "str", "default": []},
+        "rollback_dir": {"type": "str"},
         "timeout": {"type": "float", "default": 30},
     }, supports_check_mode=True)
     p = module.params
@@ -94,10 +98,10 @@ def main() -> None:
         module.fail_json(msg=str(err), hung=False)
     try:
         module.exit_json(changed=False, hung=False, **key_texts(p["unit"], p["files"], p["rollback_dir"] or "", p["timeout"]))
-    except CommandFailed as err:
-        module.fail_json(msg=str(err), hung=False)
-    except CommandError as err:
+    except CommandTimeout as err:
         module.fail_json(msg=str(err), hung=True)
+    except CommandError as err:  # it failed, gave no PID or could not start: not a hang
+        module.fail_json(msg=str(err), hung=False)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,12 @@ import sys
 import pytest
 from test_modules_adhoc import adhoc
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, CommandFailed
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_host
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import (
+    CommandError,
+    CommandFailed,
+    CommandTimeout,
+)
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_unit import key_texts
 
 KEY = "sk-unit-info-0123456789"
@@ -43,6 +48,13 @@ def test_the_main_pid_and_every_key_file_are_read_in_one_call(tmp_path, server):
     kept.parent.mkdir(parents=True)
     kept.write_text("LLAMA_API_KEY=old\n")
     (kept.parent / "other.env").write_text("LLAMA_API_KEY=not-this-units\n")
+    # a symlink and a FIFO named as the unit's file: never followed, never opened (a FIFO would block the read)
+    elsewhere = tmp_path / "elsewhere.env"
+    elsewhere.write_text("LLAMA_API_KEY=linked\n")
+    (tmp_path / "rollback" / "tok2").mkdir()
+    (tmp_path / "rollback" / "tok2" / "llama.env").symlink_to(elsewhere)
+    (tmp_path / "rollback" / "tok3").mkdir()
+    os.mkfifo(tmp_path / "rollback" / "tok3" / "llama.env")
     path = fake_systemctl(tmp_path / "bin", "echo MainPID=%d" % server.pid)
     got = adhoc("inference_unit_info", {"unit": "llama-lab", "files": [str(env_file), str(secret_file)],
                                         "rollback_dir": str(tmp_path / "rollback"), "timeout": 10}, path=path)
@@ -86,12 +98,13 @@ def test_a_main_pid_that_cannot_be_read_is_never_taken_for_not_running(answer, e
     assert words in str(raised.value)
 
 
-def test_a_timeout_of_the_runner_is_a_command_error_not_a_failure(tmp_path):
-    def runner(argv, timeout):
-        raise CommandError("systemctl --property=MainPID -- did not finish within 5 s")
+def test_a_systemctl_that_cannot_start_is_not_taken_for_a_hung_one(tmp_path):
+    # the real runner: a command that is not there is a CommandError, never a CommandTimeout (the module's hung: false)
     with pytest.raises(CommandError) as raised:
-        key_texts("llama-lab", [], "", 5, runner)
-    assert not isinstance(raised.value, CommandFailed)
+        key_texts("llama-lab", [], "", 5, lambda argv, timeout: bc_host.run(["/nonexistent/systemctl", *argv[1:]], timeout))
+    assert not isinstance(raised.value, CommandTimeout) and "cannot run /nonexistent/systemctl" in str(raised.value)
+    with pytest.raises(CommandTimeout):
+        key_texts("llama-lab", [], "", 0.5, lambda argv, timeout: bc_host.run(["sleep", "5"], timeout))
 
 
 @pytest.mark.parametrize(("args", "message"), [
