@@ -50,11 +50,12 @@ from lab import LABS  # noqa: E402  (lab/lab.py: the fleet's hosts, names and po
 
 FLEET_LAB = LABS["fleet"]
 # the SGLang double as the lab's engine cases run it (tests/doubles/sglang-unit.yml, tests/integration/conftest.py DOUBLE);
-# the sweep cut to two points: the fleet measures the roll, the kernel sweep has its own benchmarks
+# the sweep cut to two points and no plot: the fleet measures the roll, the kernel sweep has its own benchmarks
 DOUBLE = yaml.safe_load((ROOT / "tests/doubles/sglang-unit.yml").read_text())
 UNIT = DOUBLE["bc_unit"]
 FLEET_VARS: dict[str, Any] = dict(
-    DOUBLE, bc_sweep_batch_sizes=[1, 8], bc_sweep_routing=[{"kind": "uniform"}], bc_lb_required=True, bc_readiness_timeout_s=60,
+    DOUBLE, bc_sweep_batch_sizes=[1, 8], bc_sweep_routing=[{"kind": "uniform"}], gpu_benchmark_plot=False, bc_lb_required=True,
+    bc_readiness_timeout_s=60,
     # the dead-man switch's window covers the sweep's budget: a host cut off mid-sweep serves again within minutes
     bc_sweep_timeout_s=120)
 LAB_VARS = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())

@@ -14,7 +14,7 @@ The rooms of the sweep, each imported only by those after it (marlin_sweep stage
   bc_builders  the tuning's build processes
   bc_tuner     the triton_tuned kernel, its tuning and the config file it writes
   bc_backends  the backends by name: which can run here, building one, checking one against the fp32 reference
-  bc_marlin    this run loop (the process marlin_sweep runs, and the preflight's import_errors)
+  bc_marlin    this run loop (the process marlin_sweep runs, and the preflight's proven_import_errors)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_backends import (  # pylint: disable=unused-import
     available,
     build_kernel,
-    import_errors,  # noqa: F401 - the preflight runs <this module>.import_errors
+    proven_import_errors,  # noqa: F401 - the preflight runs <this module>.proven_import_errors
     reference_check,
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, gpus, write_atomic

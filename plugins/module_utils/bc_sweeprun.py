@@ -28,6 +28,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
     meminfo_mib,
     processes,
     vmstat,
+    write_atomic,
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpus as host_gpus
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
@@ -130,28 +131,54 @@ def oom_kills() -> int | None:
     return vmstat("oom_kill")
 
 
-def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> dict[str, str]:
-    """Per backend, "" when it imports in `python` (the kernels' own imports, bc_marlin.import_errors,
-    run there from the staged worker), else why not."""
+# beside the preflight's output: the fingerprint of the installation the backends last imported from (bc_backends)
+IMPORT_PROOF = "imports-proven.json"
+
+
+def read_proof(path: str) -> dict[str, Any]:
+    """The last full check's proof, {} when absent or unreadable (then the backends are imported)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            proof = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return proof if isinstance(proof, dict) else {}
+
+
+def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tuple[dict[str, str], bool]:
+    """Per backend, "" when it imports in `python` (the kernels' own imports, bc_marlin.proven_import_errors, run
+    there from the staged worker), else why not; and whether an earlier check's proof stood for the imports. A check
+    that imported them all leaves its proof beside the output; the next one imports nothing while the installation
+    is the same."""
     stage = tempfile.mkdtemp(prefix="bc-sweep-check-")
+    proof_path = os.path.join(os.path.dirname(module.params["output"]), IMPORT_PROOF)
     # the worker's name on stdin, not the command line: a process that names it there is a sweep (to the
     # orphan check, the dead-man switch and an operator's pgrep), and this one is not
     code = ("import importlib, json, sys; m = importlib.import_module(sys.stdin.readline().strip()); "
-            "print(json.dumps(m.import_errors(json.loads(sys.stdin.readline()))))")
+            "names = json.loads(sys.stdin.readline()); print(json.dumps(m.proven_import_errors(names, json.loads(sys.stdin.readline()))))")
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
         rc, out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]),
-                                stdin="%s\n%s\n" % (SWEEP_MODULE, json.dumps(backends)), env=env, cwd=stage)
+                                stdin="%s\n%s\n%s\n" % (SWEEP_MODULE, json.dumps(backends), json.dumps(read_proof(proof_path))),
+                                env=env, cwd=stage)
     except CommandError as exc:
-        return dict.fromkeys(backends, str(exc))
+        return dict.fromkeys(backends, str(exc)), False
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     try:
-        if rc == 0:
-            return json.loads(out.strip().splitlines()[-1])
-        return dict.fromkeys(backends, (err.strip().splitlines() or ["exit %d" % rc])[-1])
-    except (ValueError, IndexError):
-        return dict.fromkeys(backends, "no answer from %s" % python)
+        if rc != 0:
+            return dict.fromkeys(backends, (err.strip().splitlines() or ["exit %d" % rc])[-1]), False
+        got = json.loads(out.strip().splitlines()[-1])
+        errors = {name: str(got["errors"][name]) for name in backends}
+    except (ValueError, IndexError, KeyError, TypeError):
+        return dict.fromkeys(backends, "no answer from %s" % python), False
+    if not got.get("proven") and not any(errors.values()) and os.path.isdir(os.path.dirname(proof_path)):
+        try:
+            write_atomic(proof_path, json.dumps({"fingerprint": got["fingerprint"], "imported": sorted(backends),
+                                                 "python": python}) + "\n")
+        except OSError:
+            pass  # no proof: the next check imports again
+    return errors, bool(got.get("proven"))
 
 
 def skipped(errors: dict[str, str], has_gpu: bool) -> dict[str, str]:
@@ -347,7 +374,7 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     """Sizing, the GPUs and whether the backends import: what the strategy decides from."""
     p = module.params
     gpus = list_gpus(module)
-    errors = backend_check(module, p["python"] or sys.executable, plan["backends"])
+    errors, proven = backend_check(module, p["python"] or sys.executable, plan["backends"])
     usable, why = backend_problem(errors, bool(gpus))
     chosen = usable or plan["backends"]
     if usable and usable != plan["backends"]:  # only what will run is sized (and resident)
@@ -355,6 +382,6 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     fix = ("drop a backend from bc_sweep_backends (each keeps its weights on the GPU: %s), use a larger tp_size, or sweep "
            "smaller batch sizes" % ", ".join("%s %.1f GiB" % (b, resident_bytes(plan["shape"], b) / GIB) for b in chosen)
            if len(chosen) > 1 else "sweep fewer or smaller batch sizes, or a larger tp_size")
-    return dict(gpus=gpus, backend_importable=bool(usable), backend_error=why, usable_backends=usable,
+    return dict(gpus=gpus, backend_importable=bool(usable), backend_error=why, usable_backends=usable, backends_proven=proven,
                 skipped_backends=skipped(errors, bool(gpus)) if usable else {}, oom_kills=oom_kills(),
                 **sizing(gpus, p["device"], plan["estimate_peak_gib"], p["memory_margin"], chosen, meminfo_mib(), fix))

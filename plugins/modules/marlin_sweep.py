@@ -115,13 +115,21 @@ options:
     description:
       - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
         backend, so one call answers whether the sweep can run and whether it fits beside a running service.
+      - The backends are imported in O(python) once per installation. A check where all of them imported leaves a
+        proof beside O(output), C(imports-proven.json) - a fingerprint of the interpreter, the kernels' code and every
+        distribution's metadata on its path. While the fingerprint is the same, the next check imports nothing; a
+        pip install, upgrade or removal, or a new collection version, makes the next check import them again.
     type: bool
     default: false
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 attributes:
-  check_mode: {support: full, description: "Validates the shape and returns the plan and the estimate; with O(preflight), the sizing."}
+  check_mode:
+    support: full
+    description: >-
+      Validates the shape and returns the plan and the estimate; with O(preflight), the sizing. The one file it may
+      write is O(preflight)'s proof of the imports, a cache.
   diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: inference_ops.benchmark_cycle.sweep_report
@@ -484,6 +492,13 @@ why:
   returned: in check mode with O(preflight)
   type: str
   sample: ""
+backends_proven:
+  description:
+    - The backends' imports were not run - an earlier check's proof (C(imports-proven.json) beside O(output)) showed
+      them imported from this very installation. False where this check imported them.
+  returned: in check mode with O(preflight)
+  type: bool
+  sample: true
 oom_kills:
   description: The kernel's OOM kill count (/proc/vmstat oom_kill) at the preflight; null when unknown.
   returned: in check mode with O(preflight)

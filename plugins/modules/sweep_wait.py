@@ -16,6 +16,8 @@ description:
     the host within a short grace, not after the sweep's whole budget.
   - A job still running returns RV(finished=false). A finished job returns its own result, or fails with its own
     message (a sweep killed, out of memory, a bad kernel); its results file is then removed.
+  - With O(wait_s), one poll waits on the host for the job's end, up to O(wait_s). The job's end is seen within a
+    quarter of a second, and a long sweep costs one module run per O(wait_s), not one per C(delay).
   - A results file not written yet (the job's wrapper is still starting, up to a few seconds on a loaded host) reads
     as running; the caller's retries bound the wait.
 version_added: "1.0.0"
@@ -29,6 +31,12 @@ options:
       - Seconds the controller may stay away once the job has ended - the other hosts of its batch (C(serial) above 1)
         may still sweep, and the play's next task waits for them. The heartbeat written with the job's end promises
         this more.
+    type: int
+    default: 0
+  wait_s:
+    description:
+      - Seconds this poll waits on the host for the job to end (0 - look once). It returns as soon as the job ends,
+        so the caller's C(delay) can be 0. The heartbeat written first promises this wait plus O(heartbeat.for_s).
     type: int
     default: 0
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
@@ -97,7 +105,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import HEARTBEAT_OPTION, beat_for, read_text
 
 SPEC: dict[str, Any] = {"job": {"type": "path", "required": True}, "after_s": {"type": "int", "default": 0},
-                        "heartbeat": HEARTBEAT_OPTION}
+                        "wait_s": {"type": "int", "default": 0}, "heartbeat": HEARTBEAT_OPTION}
+# how often a poll with wait_s looks at the job's results file (a stat and a small read)
+LOOK_S = 0.25
 # what the async wrapper and AnsibleModule add to a job's result: never passed on as the module's own
 INTERNAL = ("invocation", "started", "finished", "ansible_job_id", "results_file")
 
@@ -134,12 +144,30 @@ def event_text(event: Any) -> str:
     return ""
 
 
+def wait_for_end(module: AnsibleModule) -> tuple[bool, dict[str, Any], dict[str, Any] | None]:
+    """(finished, result, heartbeat) of one poll: the job read, and while it runs, read again until it ends or wait_s
+    pass. Each promise is written before what it covers: the wait, then (the job ended) after the slowest host of
+    its batch (after_s)."""
+    p = module.params
+    finished, result = job_state(read_text(p["job"]))
+    if finished or p["wait_s"] <= 0:
+        return finished, result, beat_for(module, p["after_s"] if finished else 0, time.time())
+    beaten = beat_for(module, p["wait_s"], time.time())
+    deadline = time.monotonic() + p["wait_s"]
+    while not finished and time.monotonic() < deadline:
+        time.sleep(min(LOOK_S, max(0.0, deadline - time.monotonic())))
+        finished, result = job_state(read_text(p["job"]))
+    if finished:  # the wait's promise made anew from the end: after_s, or the silence after this call alone
+        beaten = beat_for(module, p["after_s"], time.time())
+    return finished, result, beaten
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
-    finished, result = job_state(read_text(p["job"]))
-    # one promise per poll: the next poll; once the job ended, after the slowest host of its batch (after_s)
-    beaten = beat_for(module, p["after_s"] if finished else 0, time.time())
+    if p["wait_s"] < 0 or p["after_s"] < 0:
+        module.fail_json(msg="wait_s and after_s are seconds: give 0 or more (wait_s=%s, after_s=%s)" % (p["wait_s"], p["after_s"]))
+    finished, result, beaten = wait_for_end(module)
     extra = {"heartbeat": beaten} if beaten is not None else {}
     if not finished:
         module.exit_json(changed=False, finished=False, job=p["job"], **extra)

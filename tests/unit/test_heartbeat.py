@@ -132,6 +132,37 @@ def test_a_sweep_that_ended_first_in_its_batch_promises_the_slowest_hosts_sweep(
     assert 3660 + 61 - 5 <= ended["heartbeat"]["until"] - time.time() <= 3660 + 61 + 5
 
 
+def test_a_poll_that_waits_on_the_host_sees_the_end_at_once_and_then_promises_only_the_grace(tmp_path):
+    """wait_s: the poll waits on the host for the job's end. While the job runs it promises the wait plus the grace;
+    the end is seen when it comes, not when the wait is up, and the promise is made anew from the end."""
+    import threading
+
+    from test_modules_adhoc import adhoc
+
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "c1"}))
+    job, beat_file = tmp_path / "job", tmp_path / "heartbeat"
+    heartbeat = {"path": str(beat_file), "for_s": 30, "token": "c1"}
+    job.write_text(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1"}))
+    before = time.time()
+    running = adhoc("sweep_wait", {"job": str(job), "wait_s": 1, "heartbeat": heartbeat})
+    assert running["finished"] is False and running["heartbeat"]["until"] >= math.ceil(before) + 1 + 30
+    beat_file.unlink()
+    wait_s, got = 60, {}
+    poll = threading.Thread(target=lambda: got.update(adhoc("sweep_wait", {"job": str(job), "wait_s": wait_s,
+                                                                             "heartbeat": heartbeat})))
+    poll.start()
+    deadline = time.monotonic() + 120
+    while not beat_file.exists() and poll.is_alive() and time.monotonic() < deadline:  # the wait's promise: it waits
+        time.sleep(0.1)
+    assert beat_file.exists(), got
+    job.write_text(json.dumps({"changed": True, "points": 3}))
+    ended = time.monotonic()
+    poll.join(timeout=120)
+    assert got["finished"] is True and got["points"] == 3 and not job.exists()
+    assert time.monotonic() - ended < wait_s  # seen at its end, not at the end of the wait
+    assert got["heartbeat"]["until"] <= math.ceil(time.time()) + 30 and beat_until(str(beat_file)) == got["heartbeat"]["until"]
+
+
 def _lock(tmp_path: Path, holder: str | None) -> str:
     lock = tmp_path / "bc.lock"
     lock.mkdir(mode=0o700)

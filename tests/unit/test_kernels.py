@@ -262,6 +262,40 @@ def test_the_preflight_reports_backends_that_cannot_run_and_refuses_a_bad_replay
     assert hostile["_status"] == "FAILED!" and "routing[0] zipf skew=-1.0" in hostile["msg"]
 
 
+def test_the_backends_are_imported_once_per_installation_and_again_after_any_change(tmp_path):
+    """The preflight's import of the backends (torch: seconds of CPU) runs once per installation: its proof beside the
+    output stands while the interpreter, the kernels' code and every distribution's metadata on its path are the same.
+    A new distribution (what pip install writes) or a proof that cannot be read makes the check import again."""
+    site = tmp_path / "site"  # a directory on the interpreter's path, as site-packages is
+    site.mkdir()
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH=\"${{PYTHONPATH:+$PYTHONPATH:}}{site}\" exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    out, proof = tmp_path / "plan.json", tmp_path / "imports-proven.json"
+
+    def check(backends=("torch",)):
+        r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=list(backends), preflight=True, python=str(python)),
+                  check=True)
+        assert r["_status"] == "SUCCESS", r
+        return r
+
+    first = check()
+    assert first["backend_importable"] is True and first["backends_proven"] is False and proof.exists()
+    assert check()["backends_proven"] is True
+    (site / "newdist-1.0.dist-info").mkdir()  # an install into the interpreter's path
+    again = check()
+    assert again["backends_proven"] is False and again["backend_importable"] is True
+    assert check()["backends_proven"] is True
+    assert check(("torch", "triton"))["backends_proven"] is False  # a backend the proof does not name is imported
+    proof.write_text("{not json")
+    assert check()["backends_proven"] is False and json.loads(proof.read_text())["imported"] == ["torch"]
+    (site / "torch").mkdir()  # a torch that shadows the real one and cannot be imported: never proven
+    (site / "torch" / "__init__.py").write_text("raise ImportError('a broken torch')\n")
+    (site / "torch-0.0.dist-info").mkdir()
+    broken = check()
+    assert broken["backend_importable"] is False and "a broken torch" in broken["backend_error"] and not broken["backends_proven"]
+
+
 def test_one_sizing_of_every_tensor_parallel_run_the_largest_rules():
     from bc_filters import preflight
 

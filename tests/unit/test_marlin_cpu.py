@@ -93,7 +93,8 @@ def test_the_staged_worker_runs_from_its_staged_files_alone(tmp_path):
     for name in SWEEP_FILES:
         shutil.copy(ROOT / "plugins" / "module_utils" / (name + ".py"), pkg)
     code = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1]); print(json.dumps({'errors': "
-            "m.import_errors(['torch']), 'files': sorted(v.__file__ for k, v in sys.modules.items() if k.startswith('ansible_collections.'))}))")
+            "m.proven_import_errors(['torch'], {})['errors'], "
+            "'files': sorted(v.__file__ for k, v in sys.modules.items() if k.startswith('ansible_collections.'))}))")
     out = subprocess.run([sys.executable, "-S", "-c", code, SWEEP_MODULE], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)),
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
