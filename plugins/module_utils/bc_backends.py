@@ -5,9 +5,6 @@ reference. The kernels are bc_kernels' and, for triton_tuned, bc_tuner's."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import sys
 from typing import Any
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_kernels import (
@@ -38,39 +35,6 @@ def import_errors(names: list[str]) -> dict[str, str]:
         except Exception as err:
             out[name] = one_line(err)
     return out
-
-
-# the names of a distribution's metadata on sys.path: pip writes a new one for each install and upgrade
-DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
-
-
-def installation() -> str:
-    """A fingerprint of what this interpreter imports the kernels from: its version and executable, the kernels' own
-    code (this package's files) and every distribution's metadata on sys.path, each with its mtime. An install, an
-    upgrade or a removal by pip changes it; a new collection version does too."""
-    seen = [sys.version, os.path.realpath(sys.executable)]
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as fh:
-                seen.append("%s %s" % (name, hashlib.sha256(fh.read()).hexdigest()))
-    for entry in sys.path:
-        try:
-            with os.scandir(entry or ".") as found:
-                seen.extend(sorted("%s/%s %d" % (entry, e.name, e.stat().st_mtime_ns) for e in found if e.name.endswith(DIST_SUFFIXES)))
-        except OSError:
-            seen.append("%s unreadable" % entry)
-    return hashlib.sha256("\n".join(seen).encode()).hexdigest()
-
-
-def proven_import_errors(names: list[str], proof: dict[str, Any]) -> dict[str, Any]:
-    """import_errors, run only where `proof` (what the last check that imported them all wrote) does not already
-    show these backends imported from this very installation: a host's first check, and the first after any
-    change, imports them; the next ones read the fingerprint (no torch import, seconds of CPU each)."""
-    fingerprint = installation()
-    if proof.get("fingerprint") == fingerprint and set(names) <= set(proof.get("imported") or ()):
-        return {"errors": dict.fromkeys(names, ""), "fingerprint": fingerprint, "proven": True}
-    return {"errors": import_errors(names), "fingerprint": fingerprint, "proven": False}
 
 
 def available(name: str, cuda: bool) -> tuple[bool, str]:

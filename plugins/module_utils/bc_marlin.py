@@ -14,6 +14,7 @@ The rooms of the sweep, each imported only by those after it (marlin_sweep stage
   bc_builders  the tuning's build processes
   bc_tuner     the triton_tuned kernel, its tuning and the config file it writes
   bc_backends  the backends by name: which can run here, building one, checking one against the fp32 reference
+  bc_imports   the preflight's proof that the backends import (proven_import_errors), forgotten where they do not
   bc_marlin    this run loop (the process marlin_sweep runs, and the preflight's proven_import_errors)
 """
 
@@ -28,13 +29,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_backends import (  # pylint: disable=unused-import
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_backends import (
     available,
     build_kernel,
-    proven_import_errors,  # noqa: F401 - the preflight runs <this module>.proven_import_errors
     reference_check,
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, gpus, write_atomic
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_imports import (  # pylint: disable=unused-import
+    forget,
+    proven_import_errors,  # noqa: F401 - the preflight runs <this module>.proven_import_errors
+)
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_kernels import Routing, Weights, load_torch, make_routings
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
     GIB,
@@ -290,9 +294,12 @@ def main() -> int:
     try:
         result = run_sweep(cfg, save)
     except Exception as err:
+        forget(output)  # torch or the primary backend may not import here: the next preflight imports them again
         # the worker's protocol with marlin_sweep is its stdout: it runs as `python -m`, not as a module
         print(json.dumps({"status": "error", "error": "%s: %s" % (type(err).__name__, err)}))  # pylint: disable=ansible-bad-function
         return 3
+    if any(b.get("status") == "unavailable" for b in result.get("backends") or []):
+        forget(output)
     print(json.dumps(result))  # pylint: disable=ansible-bad-function
     return 0 if result["status"] == "complete" else 3
 

@@ -32,6 +32,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpus as host_gpus
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_imports import proof_path, read_proof
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
     GIB,
     INT4_BACKENDS,
@@ -50,7 +51,8 @@ SHAPE_KEYS = ("num_experts", "hidden_size", "intermediate_size", "top_k", "group
 
 # the worker's files: bc_marlin (the run loop) and every module_util it imports, in turn (tests/unit/test_marlin_cpu.py
 # proves the list whole: the staged worker runs from these alone, without ansible)
-SWEEP_FILES = ("bc_marlin", "bc_backends", "bc_tuner", "bc_builders", "bc_timing", "bc_kernels", "bc_sweepstats", "bc_host")
+SWEEP_FILES = ("bc_marlin", "bc_backends", "bc_imports", "bc_tuner", "bc_builders", "bc_timing", "bc_kernels", "bc_sweepstats",
+               "bc_host")
 
 
 def stage_sweep_package(tmpdir: str) -> str:
@@ -131,27 +133,11 @@ def oom_kills() -> int | None:
     return vmstat("oom_kill")
 
 
-# beside the preflight's output: the fingerprint of the installation the backends last imported from (bc_backends)
-IMPORT_PROOF = "imports-proven.json"
-
-
-def read_proof(path: str) -> dict[str, Any]:
-    """The last full check's proof, {} when absent or unreadable (then the backends are imported)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            proof = json.load(fh)
-    except (OSError, ValueError):
-        return {}
-    return proof if isinstance(proof, dict) else {}
-
-
 def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tuple[dict[str, str], bool]:
     """Per backend, "" when it imports in `python` (the kernels' own imports, bc_marlin.proven_import_errors, run
-    there from the staged worker), else why not; and whether an earlier check's proof stood for the imports. A check
-    that imported them all leaves its proof beside the output; the next one imports nothing while the installation
-    is the same."""
+    there from the staged worker), else why not; and whether an earlier check's proof stood for the imports
+    (bc_imports). A check where all of them imported leaves its proof beside the output, 0600."""
     stage = tempfile.mkdtemp(prefix="bc-sweep-check-")
-    proof_path = os.path.join(os.path.dirname(module.params["output"]), IMPORT_PROOF)
     # the worker's name on stdin, not the command line: a process that names it there is a sweep (to the
     # orphan check, the dead-man switch and an operator's pgrep), and this one is not
     code = ("import importlib, json, sys; m = importlib.import_module(sys.stdin.readline().strip()); "
@@ -159,7 +145,7 @@ def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tu
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
         rc, out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]),
-                                stdin="%s\n%s\n%s\n" % (SWEEP_MODULE, json.dumps(backends), json.dumps(read_proof(proof_path))),
+                                stdin="%s\n%s\n%s\n" % (SWEEP_MODULE, json.dumps(backends), json.dumps(read_proof(module.params["output"]))),
                                 env=env, cwd=stage)
     except CommandError as exc:
         return dict.fromkeys(backends, str(exc)), False
@@ -172,10 +158,9 @@ def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tu
         errors = {name: str(got["errors"][name]) for name in backends}
     except (ValueError, IndexError, KeyError, TypeError):
         return dict.fromkeys(backends, "no answer from %s" % python), False
-    if not got.get("proven") and not any(errors.values()) and os.path.isdir(os.path.dirname(proof_path)):
+    if got.get("proof") and os.path.isdir(os.path.dirname(module.params["output"])):
         try:
-            write_atomic(proof_path, json.dumps({"fingerprint": got["fingerprint"], "imported": sorted(backends),
-                                                 "python": python}) + "\n")
+            write_atomic(proof_path(module.params["output"]), json.dumps(got["proof"]) + "\n", mode=0o600)
         except OSError:
             pass  # no proof: the next check imports again
     return errors, bool(got.get("proven"))

@@ -116,9 +116,11 @@ options:
       - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
         backend, so one call answers whether the sweep can run and whether it fits beside a running service.
       - The backends are imported in O(python) once per installation. A check where all of them imported leaves a
-        proof beside O(output), C(imports-proven.json) - a fingerprint of the interpreter, the kernels' code and every
-        distribution's metadata on its path. While the fingerprint is the same, the next check imports nothing; a
-        pip install, upgrade or removal, or a new collection version, makes the next check import them again.
+        proof beside O(output), C(imports-proven.json), 0600 - the interpreter, its path and the environment that
+        steers imports, the kernels' code, every distribution's metadata, where each top-level package was found, and
+        every file the import loaded (sources and shared libraries, by device, inode, size and mtime). While all of it
+        is the same, the next check imports nothing. Any change, a proof not of this user alone, or a sweep where a
+        backend did not import (it forgets the proof) makes the next check import them again.
     type: bool
     default: false
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
@@ -494,8 +496,8 @@ why:
   sample: ""
 backends_proven:
   description:
-    - The backends' imports were not run - an earlier check's proof (C(imports-proven.json) beside O(output)) showed
-      them imported from this very installation. False where this check imported them.
+    - The backends' imports were not run - an earlier check's proof (C(imports-proven.json) beside O(output)) stood,
+      the same installation and every file that check's import loaded unchanged. False where this check imported them.
   returned: in check mode with O(preflight)
   type: bool
   sample: true

@@ -37,6 +37,9 @@ options:
     description:
       - Seconds this poll waits on the host for the job to end (0 - look once). It returns as soon as the job ends,
         so the caller's C(delay) can be 0. The heartbeat written first promises this wait plus O(heartbeat.for_s).
+      - A job that ends in the wait is returned with its promise shrunk to O(heartbeat.for_s) from its end. Where
+        O(after_s) would make it longer, the wait returns RV(finished=false) and leaves the job to the next poll, so
+        only a controller that is still there promises the batch's slowest sweep.
     type: int
     default: 0
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
@@ -146,19 +149,23 @@ def event_text(event: Any) -> str:
 
 def wait_for_end(module: AnsibleModule) -> tuple[bool, dict[str, Any], dict[str, Any] | None]:
     """(finished, result, heartbeat) of one poll: the job read, and while it runs, read again until it ends or wait_s
-    pass. Each promise is written before what it covers: the wait, then (the job ended) after the slowest host of
-    its batch (after_s)."""
+    pass. The promise of the wait is written before it. A job that ends in the wait is returned with a promise made
+    anew from its end - but only one that shrinks: a promise after the batch's slowest sweep (after_s) is made by the
+    next poll, from a controller that is still there, so a dead controller's orphaned wait never extends it."""
     p = module.params
     finished, result = job_state(read_text(p["job"]))
     if finished or p["wait_s"] <= 0:
         return finished, result, beat_for(module, p["after_s"] if finished else 0, time.time())
-    beaten = beat_for(module, p["wait_s"], time.time())
-    deadline = time.monotonic() + p["wait_s"]
+    now = time.time()
+    beaten = beat_for(module, p["wait_s"], now)
+    deadline = time.monotonic() + p["wait_s"] - (time.time() - now)  # the wait promised, from the same clock reading
     while not finished and time.monotonic() < deadline:
         time.sleep(min(LOOK_S, max(0.0, deadline - time.monotonic())))
         finished, result = job_state(read_text(p["job"]))
-    if finished:  # the wait's promise made anew from the end: after_s, or the silence after this call alone
-        beaten = beat_for(module, p["after_s"], time.time())
+    if finished and p["after_s"] > 0:
+        return False, {}, beaten  # not consumed: the next poll sees the end at once and promises after_s
+    if finished:
+        beaten = beat_for(module, 0, time.time())
     return finished, result, beaten
 
 

@@ -155,6 +155,13 @@ def one_host_inventory(inventory: Path, host: str, hostvars: dict[str, Any], key
         (inventory / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
 
 
+def lab_setting(name: str) -> Any:
+    """A setting as this case's inventory gives it: its host's vars (one_host_inventory), else the lab's group_vars."""
+    hosts = yaml.safe_load((ROOT / INVENTORY / "hosts.yml").read_text())["all"]["children"]["inference"]["hosts"]
+    given = hosts.get(HOST) or {}
+    return given[name] if name in given else yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())[name]
+
+
 def own_inventory() -> None:
     """A parallel worker's inventory: the lab's, with this worker's host alone (the group_vars are the lab's)."""
     if WORKERS == 1 or os.environ.get("BC_LAB_INVENTORY"):

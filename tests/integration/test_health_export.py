@@ -19,6 +19,7 @@ from conftest import (
     env,
     gated_sweep_python,
     install_gpu_double,
+    lab_setting,
     open_sweep_gate,
     playbook,
     playbook_cmd,
@@ -91,7 +92,8 @@ def test_a_gpu_that_goes_bad_during_the_sweep_fails_the_cycle_and_the_policy_dec
         health = {s.labels["phase"]: s.value for s in fam["benchmark_cycle_gpu_healthy"].samples}
         assert health == {"pre": 1, "post": 0}
         assert fam["benchmark_cycle_downtime_seconds"].samples[0].value > 0
-        assert {s.labels["m"] for s in fam["benchmark_cycle_sweep_point_seconds"].samples} == {"1", "2", "4", "8", "16", "32", "64"}
+        points = {s.labels["m"] for s in fam["benchmark_cycle_sweep_point_seconds"].samples}
+        assert points == {str(m) for m in lab_setting("bc_sweep_batch_sizes")}
         # the JUnit file, read by a JUnit parser: a case per step, the sweep's GPU failure on its step
         # a case per step, named by its role's full name (the collection's): keyed here by the role's own name
         cases = {c.name.removeprefix("inference_ops.benchmark_cycle."): c for suite in JUnitXml.fromfile(str(junit)) for c in suite}

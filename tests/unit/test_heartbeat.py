@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -132,35 +132,74 @@ def test_a_sweep_that_ended_first_in_its_batch_promises_the_slowest_hosts_sweep(
     assert 3660 + 61 - 5 <= ended["heartbeat"]["until"] - time.time() <= 3660 + 61 + 5
 
 
-def test_a_poll_that_waits_on_the_host_sees_the_end_at_once_and_then_promises_only_the_grace(tmp_path):
-    """wait_s: the poll waits on the host for the job's end. While the job runs it promises the wait plus the grace;
-    the end is seen when it comes, not when the wait is up, and the promise is made anew from the end."""
+def _waiting_poll(tmp_path: Path, args: dict) -> tuple[Any, dict, Path, Path]:
+    """A sweep_wait poll with wait_s, run in the background against a running job in a lock of cycle c1, returned
+    once it waits (its promise written): (thread, its result once joined, the job, the heartbeat)."""
     import threading
 
     from test_modules_adhoc import adhoc
 
     (tmp_path / "owner.json").write_text(json.dumps({"token": "c1"}))
     job, beat_file = tmp_path / "job", tmp_path / "heartbeat"
-    heartbeat = {"path": str(beat_file), "for_s": 30, "token": "c1"}
     job.write_text(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1"}))
-    before = time.time()
-    running = adhoc("sweep_wait", {"job": str(job), "wait_s": 1, "heartbeat": heartbeat})
-    assert running["finished"] is False and running["heartbeat"]["until"] >= math.ceil(before) + 1 + 30
-    beat_file.unlink()
-    wait_s, got = 60, {}
-    poll = threading.Thread(target=lambda: got.update(adhoc("sweep_wait", {"job": str(job), "wait_s": wait_s,
-                                                                             "heartbeat": heartbeat})))
+    got: dict = {}
+    poll = threading.Thread(target=lambda: got.update(adhoc("sweep_wait", dict(
+        args, job=str(job), heartbeat={"path": str(beat_file), "for_s": 30, "token": "c1"}))))
     poll.start()
     deadline = time.monotonic() + 120
-    while not beat_file.exists() and poll.is_alive() and time.monotonic() < deadline:  # the wait's promise: it waits
+    while not beat_file.exists() and poll.is_alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert beat_file.exists(), got
+    return poll, got, job, beat_file
+
+
+def test_a_poll_that_waits_on_the_host_promises_the_wait_and_sees_the_end_when_it_comes(tmp_path):
+    """wait_s: while the job runs, the promise written before the wait covers it (wait_s + the grace from the write);
+    the end is seen when it comes, not when the wait is up, and the promise is then shrunk to the grace from the end."""
+    from test_modules_adhoc import adhoc
+
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "c1"}))
+    job, beat_file = tmp_path / "job", tmp_path / "heartbeat"
+    job.write_text(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1"}))
+    running = adhoc("sweep_wait", {"job": str(job), "wait_s": 5, "heartbeat": {"path": str(beat_file), "for_s": 30, "token": "c1"}})
+    assert running["finished"] is False and job.exists()
+    assert running["heartbeat"]["until"] >= math.floor(beat_file.stat().st_mtime) + 5 + 30  # the wait is in the promise
+    beat_file.unlink()
+    wait_s = 60
+    poll, got, job, beat_file = _waiting_poll(tmp_path, {"wait_s": wait_s})
     job.write_text(json.dumps({"changed": True, "points": 3}))
     ended = time.monotonic()
     poll.join(timeout=120)
     assert got["finished"] is True and got["points"] == 3 and not job.exists()
     assert time.monotonic() - ended < wait_s  # seen at its end, not at the end of the wait
     assert got["heartbeat"]["until"] <= math.ceil(time.time()) + 30 and beat_until(str(beat_file)) == got["heartbeat"]["until"]
+
+
+def test_a_job_that_ends_in_the_wait_is_left_to_the_next_poll_where_its_batch_is_promised(tmp_path):
+    """after_s (other hosts in the batch): a promise that long is made only by a poll a live controller started, never
+    from inside a wait a dead controller may have left: the wait returns the job unread, the next poll promises it."""
+    from test_modules_adhoc import adhoc
+
+    poll, got, job, beat_file = _waiting_poll(tmp_path, {"wait_s": 60, "after_s": 3660})
+    promised = beat_until(str(beat_file))
+    job.write_text(json.dumps({"changed": True, "points": 3}))
+    poll.join(timeout=120)
+    assert got["finished"] is False and job.exists() and beat_until(str(beat_file)) == promised
+    ended = adhoc("sweep_wait", {"job": str(job), "wait_s": 60, "after_s": 3660,
+                                 "heartbeat": {"path": str(beat_file), "for_s": 30, "token": "c1"}})
+    assert ended["finished"] is True and ended["points"] == 3 and not job.exists()
+    assert ended["heartbeat"]["until"] >= math.floor(beat_file.stat().st_mtime) + 3660 + 30
+
+
+def test_a_wait_whose_lock_was_taken_over_touches_nothing_at_the_end(tmp_path):
+    """The promise made at the end is fenced as the first was: a lock taken over during the wait fails the poll."""
+    poll, got, job, beat_file = _waiting_poll(tmp_path, {"wait_s": 60})
+    promised = beat_until(str(beat_file))
+    (tmp_path / "owner.json").write_text(json.dumps({"token": "c2"}))
+    job.write_text(json.dumps({"changed": True, "points": 3}))
+    poll.join(timeout=120)
+    assert got["_status"] == "FAILED!" and got.get("fenced") is True and "is held by cycle c2" in got["msg"], got
+    assert beat_until(str(beat_file)) == promised and job.exists()
 
 
 def _lock(tmp_path: Path, holder: str | None) -> str:

@@ -263,9 +263,9 @@ def test_the_preflight_reports_backends_that_cannot_run_and_refuses_a_bad_replay
 
 
 def test_the_backends_are_imported_once_per_installation_and_again_after_any_change(tmp_path):
-    """The preflight's import of the backends (torch: seconds of CPU) runs once per installation: its proof beside the
-    output stands while the interpreter, the kernels' code and every distribution's metadata on its path are the same.
-    A new distribution (what pip install writes) or a proof that cannot be read makes the check import again."""
+    """Through the module: the preflight's import of the backends (torch: seconds of CPU) runs once; its proof beside
+    the output (0600) stands for the next check; a proof others may write, and a broken torch that shadows the real one
+    (no metadata of its own), are never read as proven. The proof's rules are test_an_import_proof_stands_only_*."""
     site = tmp_path / "site"  # a directory on the interpreter's path, as site-packages is
     site.mkdir()
     python = tmp_path / "python"
@@ -273,27 +273,116 @@ def test_the_backends_are_imported_once_per_installation_and_again_after_any_cha
     python.chmod(0o755)
     out, proof = tmp_path / "plan.json", tmp_path / "imports-proven.json"
 
-    def check(backends=("torch",)):
-        r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=list(backends), preflight=True, python=str(python)),
-                  check=True)
+    def check():
+        r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], preflight=True, python=str(python)), check=True)
         assert r["_status"] == "SUCCESS", r
         return r
 
     first = check()
-    assert first["backend_importable"] is True and first["backends_proven"] is False and proof.exists()
+    assert first["backend_importable"] is True and first["backends_proven"] is False
+    assert oct(proof.stat().st_mode & 0o777) == "0o600" and json.loads(proof.read_text())["imported"] == ["torch"]
     assert check()["backends_proven"] is True
-    (site / "newdist-1.0.dist-info").mkdir()  # an install into the interpreter's path
-    again = check()
-    assert again["backends_proven"] is False and again["backend_importable"] is True
-    assert check()["backends_proven"] is True
-    assert check(("torch", "triton"))["backends_proven"] is False  # a backend the proof does not name is imported
-    proof.write_text("{not json")
-    assert check()["backends_proven"] is False and json.loads(proof.read_text())["imported"] == ["torch"]
-    (site / "torch").mkdir()  # a torch that shadows the real one and cannot be imported: never proven
+    proof.chmod(0o666)  # a proof others may write proves nothing
+    assert check()["backends_proven"] is False and oct(proof.stat().st_mode & 0o777) == "0o600"
+    (site / "torch").mkdir()  # a broken torch that shadows the real one, with no metadata of its own
     (site / "torch" / "__init__.py").write_text("raise ImportError('a broken torch')\n")
-    (site / "torch-0.0.dist-info").mkdir()
     broken = check()
     assert broken["backend_importable"] is False and "a broken torch" in broken["backend_error"] and not broken["backends_proven"]
+
+
+def _proof(tmp_path):
+    """A proof as a check makes it, in this process: its installation, and what it loaded plus a file of the test's."""
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_imports
+
+    mine = tmp_path / "loaded.py"
+    mine.write_text("x = 1\n")
+    here = bc_imports.installation()
+    made = bc_imports.loaded()
+    assert here and made and made["tops"]
+    made["files"].append(bc_imports.identity(str(mine)))
+    return bc_imports, dict(made, installation=here, imported=["torch"]), here, mine
+
+
+@pytest.mark.parametrize(("change", "holds"), [
+    ("nothing", True),
+    ("a backend the proof does not name", False),
+    ("a file the import loaded, edited", False),
+    ("a file the import loaded, removed", False),
+    ("a package found elsewhere now", False),
+    ("another interpreter", False),
+    ("an environment that steers imports", False),
+    ("a distribution installed", False),
+    ("the kernels' code", False),
+    ("no files recorded", False),
+    ("no installation readable", False),
+])
+def test_an_import_proof_stands_only_for_the_same_installation_and_files(tmp_path, change, holds):
+    bc_imports, proof, here, mine = _proof(tmp_path)
+    names = ["torch"]
+    if change == "a backend the proof does not name":
+        names = ["torch", "triton"]
+    elif change == "a file the import loaded, edited":
+        mine.write_text("x = 2\n")
+    elif change == "a file the import loaded, removed":
+        mine.unlink()
+    elif change == "a package found elsewhere now":
+        proof["tops"][0][1] = str(tmp_path / "elsewhere" / "__init__.py")
+    elif change == "another interpreter":
+        here = dict(here, python="/usr/bin/python3.99")
+    elif change == "an environment that steers imports":
+        here = dict(here, env=dict(here["env"], LD_PRELOAD="/tmp/x.so"))
+    elif change == "a distribution installed":
+        here = dict(here, dists="0" * 64)
+    elif change == "the kernels' code":
+        here = dict(here, code="0" * 64)
+    elif change == "no files recorded":
+        proof["files"] = []
+    elif change == "no installation readable":
+        here = None
+    assert bc_imports.holds(proof, here, names) is holds
+
+
+@pytest.mark.parametrize(("change", "read"), [
+    ("this user's, 0600", True), ("others may write it", False), ("a link to it", False),
+    ("its directory others may write", False), ("not JSON", False), ("absent", False),
+])
+def test_a_proof_is_read_only_from_a_file_of_this_user_alone(tmp_path, change, read):
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_imports
+
+    home = tmp_path / "results"
+    home.mkdir(mode=0o755)
+    path = home / bc_imports.PROOF_NAME
+    path.write_text(json.dumps({"imported": ["torch"]}))
+    path.chmod(0o600)
+    if change == "others may write it":
+        path.chmod(0o666)
+    elif change == "a link to it":
+        real = tmp_path / "real.json"
+        path.rename(real)
+        path.symlink_to(real)
+    elif change == "its directory others may write":
+        home.chmod(0o777)
+    elif change == "not JSON":
+        path.write_text("{not json")
+    elif change == "absent":
+        path.unlink()
+    assert (bc_imports.read_proof(str(home / "plan.json")) == {"imported": ["torch"]}) is read
+
+
+def test_a_sweep_whose_backend_does_not_import_forgets_the_proof(tmp_path, monkeypatch):
+    """The worker forgets the proof beside its output where a backend did not import there (or it failed before
+    its first point): the next preflight imports again rather than trust it."""
+    import io
+
+    out, proof = tmp_path / "sweep.json", tmp_path / "imports-proven.json"
+    proof.write_text("{}")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"shape": dict(SMALL, num_experts=0), "batch_sizes": [1],
+                                                              "backends": ["torch"], "output": str(out)})))
+    assert bc_marlin.main() == 3 and not proof.exists()
+    proof.write_text("{}")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"shape": SMALL, "batch_sizes": [1], "backends": ["torch", "triton"],
+                                                              "iters": 3, "warmup": 1, "device_type": "cpu", "output": str(out)})))
+    assert bc_marlin.main() == 0 and not proof.exists()  # triton cannot run here: reported, and the proof forgotten
 
 
 def test_one_sizing_of_every_tensor_parallel_run_the_largest_rules():
