@@ -5,12 +5,13 @@ imported them all records what they were imported from, and the next check impor
 
 What is recorded (`installation` and `loaded`): the interpreter and its version, its import path, the environment
 that steers imports and the loader (PYTHON*, LD_*, CUDA_HOME, CUDA_PATH), the kernels' own code, every distribution's
-metadata on the path (an install or upgrade by pip), where each top-level package imported is found on the path (a
-package that shadows it), and every file the import loaded - each module's source and each shared library mapped - by
-device, inode, size and mtime (an edited editable install, a damaged or removed package, a new system library).
-Anything that cannot be read proves nothing. The sweep forgets the proof when a backend does not import there
-(`forget`), and the module reads a proof only from a file and directory of its own user that no one else may write
-(`read_proof`)."""
+metadata and the directories on the path (an install, an upgrade, a module added), where each top-level package
+imported is found on the path (a package that shadows it), and every file the import loaded - each module's
+__file__ and each shared library mapped - by device, inode, mode, size, mtime and ctime (an edited editable install,
+a damaged, removed or unreadable package, a new system library). Anything that cannot be read proves nothing. Not
+proven: what the import did not load (a CUDA kernel library loaded at its first call), as the import never did.
+A sweep that does not complete, or where a backend did not run, forgets the proof (`forget`, bc_sweeprun.sweep), and
+the module reads a proof only from a file and directory of its own user that no one else may write (`read_proof`)."""
 
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ STAGE_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file
 
 
 def identity(path: str) -> list[Any] | None:
-    """[path, device, inode, size, mtime_ns] of a file, None when it cannot be read."""
+    """[path, device, inode, mode, size, mtime_ns, ctime_ns] of a file, None when it cannot be read. The ctime moves
+    with every change to the file, its content or its permissions, and cannot be set back."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    return [path, st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def staged(path: str) -> bool:
@@ -62,6 +64,7 @@ def installation() -> dict[str, Any] | None:
                 dists.append("%s absent" % entry)
                 continue
             if os.path.isdir(entry):
+                dists.append("%s %d" % (entry, os.stat(entry).st_mtime_ns))  # a module or package added or removed
                 with os.scandir(entry) as found:
                     dists.extend(sorted("%s/%s %d" % (entry, e.name, e.stat(follow_symlinks=False).st_mtime_ns)
                                         for e in found if e.name.endswith(DIST_SUFFIXES)))
@@ -76,7 +79,7 @@ def origin(name: str) -> str | None:
     """Where the path finds a top-level package now, without importing it."""
     try:
         spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+    except Exception:  # a finder's own error (any): where it is found is unknown
         return None
     return spec.origin if spec else None
 

@@ -36,7 +36,6 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_b
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import CommandError, gpus, write_atomic
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_imports import (  # pylint: disable=unused-import
-    forget,
     proven_import_errors,  # noqa: F401 - the preflight runs <this module>.proven_import_errors
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_kernels import Routing, Weights, load_torch, make_routings
@@ -294,12 +293,9 @@ def main() -> int:
     try:
         result = run_sweep(cfg, save)
     except Exception as err:
-        forget(output)  # torch or the primary backend may not import here: the next preflight imports them again
         # the worker's protocol with marlin_sweep is its stdout: it runs as `python -m`, not as a module
         print(json.dumps({"status": "error", "error": "%s: %s" % (type(err).__name__, err)}))  # pylint: disable=ansible-bad-function
         return 3
-    if any(b.get("status") == "unavailable" for b in result.get("backends") or []):
-        forget(output)
     print(json.dumps(result))  # pylint: disable=ansible-bad-function
     return 0 if result["status"] == "complete" else 3
 

@@ -32,7 +32,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
 )
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import gpus as host_gpus
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import run as host_run
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_imports import proof_path, read_proof
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_imports import forget, proof_path, read_proof
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import (
     GIB,
     INT4_BACKENDS,
@@ -257,6 +257,20 @@ def run_watched(argv: list[str], stdin: str, timeout_s: float, heartbeat: dict[s
 
 
 def sweep(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """The sweep (run_worker). One that does not complete, however it ends (fail_json exits through the finally), or
+    where a backend asked for did not run, forgets the preflight's import proof (bc_imports): the next preflight
+    imports the backends again."""
+    done = False
+    try:
+        result = run_worker(module, cfg, plan)
+        done = not any(b.get("status") == "unavailable" for b in result.get("backends") or [])
+        return result
+    finally:
+        if not done:
+            forget(module.params["output"])
+
+
+def run_worker(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     """Run the worker in its own process (python -m bc_marlin, staged), past any orphan of a dead
     cycle; a kill, an OOM, a timeout or a wrong kernel fails naming it, the finished points kept."""
     p = module.params

@@ -117,10 +117,12 @@ options:
         backend, so one call answers whether the sweep can run and whether it fits beside a running service.
       - The backends are imported in O(python) once per installation. A check where all of them imported leaves a
         proof beside O(output), C(imports-proven.json), 0600 - the interpreter, its path and the environment that
-        steers imports, the kernels' code, every distribution's metadata, where each top-level package was found, and
-        every file the import loaded (sources and shared libraries, by device, inode, size and mtime). While all of it
-        is the same, the next check imports nothing. Any change, a proof not of this user alone, or a sweep where a
-        backend did not import (it forgets the proof) makes the next check import them again.
+        steers imports, the kernels' code, every distribution's metadata and the path's directories, where each
+        top-level package was found, and every file the import loaded (modules and shared libraries, by device,
+        inode, mode, size, mtime and ctime). While all of it is the same, the next check imports nothing. A change
+        to any of it, a proof not of this user alone, or a sweep that did not complete or where a backend did not
+        run (it forgets the proof) makes the next check import them again. What the import does not load (a CUDA
+        kernel library loaded at its first call) is no more proven than the import proved it.
     type: bool
     default: false
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]

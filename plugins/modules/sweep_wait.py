@@ -37,9 +37,9 @@ options:
     description:
       - Seconds this poll waits on the host for the job to end (0 - look once). It returns as soon as the job ends,
         so the caller's C(delay) can be 0. The heartbeat written first promises this wait plus O(heartbeat.for_s).
-      - A job that ends in the wait is returned with its promise shrunk to O(heartbeat.for_s) from its end. Where
-        O(after_s) would make it longer, the wait returns RV(finished=false) and leaves the job to the next poll, so
-        only a controller that is still there promises the batch's slowest sweep.
+      - A job that ends in the wait is returned with its promise shrunk to O(heartbeat.for_s) from its end (never
+        made longer). With O(after_s) above 0 the wait returns RV(finished=false) and leaves the job to the next poll,
+        so only a controller that is still there promises the batch's slowest sweep.
     type: int
     default: 0
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
@@ -99,6 +99,7 @@ job:
 """
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -164,8 +165,9 @@ def wait_for_end(module: AnsibleModule) -> tuple[bool, dict[str, Any], dict[str,
         finished, result = job_state(read_text(p["job"]))
     if finished and p["after_s"] > 0:
         return False, {}, beaten  # not consumed: the next poll sees the end at once and promises after_s
-    if finished:
-        beaten = beat_for(module, 0, time.time())
+    now = time.time()
+    if finished and beaten and beaten.get("written") and math.ceil(now) + p["heartbeat"]["for_s"] < beaten["until"]:
+        beaten = beat_for(module, 0, now)  # only ever shorter than the wait's promise
     return finished, result, beaten
 
 

@@ -308,6 +308,7 @@ def _proof(tmp_path):
     ("a backend the proof does not name", False),
     ("a file the import loaded, edited", False),
     ("a file the import loaded, removed", False),
+    ("a file the import loaded, made unreadable", False),
     ("a package found elsewhere now", False),
     ("another interpreter", False),
     ("an environment that steers imports", False),
@@ -325,6 +326,8 @@ def test_an_import_proof_stands_only_for_the_same_installation_and_files(tmp_pat
         mine.write_text("x = 2\n")
     elif change == "a file the import loaded, removed":
         mine.unlink()
+    elif change == "a file the import loaded, made unreadable":
+        mine.chmod(0o000)
     elif change == "a package found elsewhere now":
         proof["tops"][0][1] = str(tmp_path / "elsewhere" / "__init__.py")
     elif change == "another interpreter":
@@ -369,20 +372,36 @@ def test_a_proof_is_read_only_from_a_file_of_this_user_alone(tmp_path, change, r
     assert (bc_imports.read_proof(str(home / "plan.json")) == {"imported": ["torch"]}) is read
 
 
-def test_a_sweep_whose_backend_does_not_import_forgets_the_proof(tmp_path, monkeypatch):
-    """The worker forgets the proof beside its output where a backend did not import there (or it failed before
-    its first point): the next preflight imports again rather than trust it."""
-    import io
-
+def test_a_sweep_that_does_not_complete_or_runs_without_a_backend_forgets_the_proof(tmp_path):
+    """The sweep forgets the proof beside its output where it did not complete (here: its interpreter fails) or where a
+    backend asked for did not run: the next preflight imports again rather than trust it."""
     out, proof = tmp_path / "sweep.json", tmp_path / "imports-proven.json"
     proof.write_text("{}")
-    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"shape": dict(SMALL, num_experts=0), "batch_sizes": [1],
-                                                              "backends": ["torch"], "output": str(out)})))
-    assert bc_marlin.main() == 3 and not proof.exists()
+    failed = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], python="/bin/false", batch_sizes=[1]))
+    assert failed["_status"] == "FAILED!" and "the sweep failed" in failed["msg"] and not proof.exists()
     proof.write_text("{}")
-    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"shape": SMALL, "batch_sizes": [1], "backends": ["torch", "triton"],
-                                                              "iters": 3, "warmup": 1, "device_type": "cpu", "output": str(out)})))
-    assert bc_marlin.main() == 0 and not proof.exists()  # triton cannot run here: reported, and the proof forgotten
+    ran = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch", "triton"], batch_sizes=[1], iters=3, warmup=1))
+    assert ran["_status"] == "CHANGED" and not proof.exists(), ran  # triton cannot run here: reported, the proof forgotten
+    proof.write_text("{}")
+    whole = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], batch_sizes=[1], iters=3, warmup=1))
+    assert whole["_status"] == "CHANGED" and proof.exists(), whole  # a whole sweep keeps it
+
+
+def test_the_installation_reads_the_path_its_metadata_and_the_import_environment(tmp_path, monkeypatch):
+    from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_imports
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    seen = [bc_imports.installation()]
+    (site / "newdist-1.0.dist-info").mkdir()  # what pip install writes
+    seen.append(bc_imports.installation())
+    (site / "newmod.py").write_text("")  # a module with no metadata, now on the path
+    seen.append(bc_imports.installation())
+    monkeypatch.setenv("LD_PRELOAD", str(tmp_path / "x.so"))
+    seen.append(bc_imports.installation())
+    assert all(seen) and len({json.dumps(i, sort_keys=True) for i in seen}) == len(seen)
+    assert seen[-1] == bc_imports.installation()  # nothing changed: the same
 
 
 def test_one_sizing_of_every_tensor_parallel_run_the_largest_rules():
