@@ -115,25 +115,15 @@ options:
     description:
       - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
         backend, so one call answers whether the sweep can run and whether it fits beside a running service.
-      - The backends are imported in O(python) once per installation. A check where all of them imported leaves a
-        proof beside O(output), C(imports-proven.json), 0600 - the interpreter, its path and the environment that
-        steers imports, the kernels' code, every distribution's metadata and the path's directories, where each
-        top-level package was found, and every file the import loaded (modules and shared libraries, by device,
-        inode, mode, size, mtime and ctime). While all of it is the same, the next check imports nothing. A change
-        to any of it, a proof not of this user alone, or a sweep that did not complete or where a backend did not
-        run (it forgets the proof) makes the next check import them again. What the import does not load (a CUDA
-        kernel library loaded at its first call) is no more proven than the import proved it.
+      - The backends are imported once per installation (C(imports-proven.json) beside O(output), module_utils
+        C(bc_imports)); a sweep that does not complete, or where a backend did not run, forgets the proof.
     type: bool
     default: false
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
 author:
   - benchmark-cycle contributors (!UNKNOWN)
 attributes:
-  check_mode:
-    support: full
-    description: >-
-      Validates the shape and returns the plan and the estimate; with O(preflight), the sizing. The one file it may
-      write is O(preflight)'s proof of the imports, a cache.
+  check_mode: {support: full, description: "The plan and the estimate; with O(preflight), the sizing (and the imports' proof, a cache)."}
   diff_mode: {support: none, description: Nothing to show as a diff.}
 seealso:
   - module: inference_ops.benchmark_cycle.sweep_report
@@ -496,13 +486,7 @@ why:
   returned: in check mode with O(preflight)
   type: str
   sample: ""
-backends_proven:
-  description:
-    - The backends' imports were not run - an earlier check's proof (C(imports-proven.json) beside O(output)) stood,
-      the same installation and every file that check's import loaded unchanged. False where this check imported them.
-  returned: in check mode with O(preflight)
-  type: bool
-  sample: true
+backends_proven: {description: "Not imported: an earlier check's proof stood.", returned: in check mode with O(preflight), type: bool, sample: true}
 oom_kills:
   description: The kernel's OOM kill count (/proc/vmstat oom_kill) at the preflight; null when unknown.
   returned: in check mode with O(preflight)
