@@ -155,7 +155,8 @@ def read_proof(output: str) -> dict[str, Any]:
 
 
 def forget(output: str | None) -> None:
-    """A backend did not import where a proof may have said it would: the next check imports again."""
+    """The proof beside `output` removed (a sweep that did not complete, or where a backend did not run): the next
+    check imports again."""
     if output:
         try:
             os.unlink(proof_path(output))

@@ -158,11 +158,11 @@ def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tu
         errors = {name: str(got["errors"][name]) for name in backends}
     except (ValueError, IndexError, KeyError, TypeError):
         return dict.fromkeys(backends, "no answer from %s" % python), False
-    if got.get("proof") and os.path.isdir(os.path.dirname(module.params["output"])):
+    if got.get("proof"):
         try:
             write_atomic(proof_path(module.params["output"]), json.dumps(got["proof"]) + "\n", mode=0o600)
         except OSError:
-            pass  # no proof: the next check imports again
+            pass  # no proof (its directory not made yet, a full disk): the next check imports again
     return errors, bool(got.get("proven"))
 
 

@@ -171,6 +171,8 @@ def test_a_poll_that_waits_on_the_host_promises_the_wait_and_sees_the_end_when_i
     wait_s = 10
     running = adhoc("sweep_wait", {"job": str(job), "wait_s": wait_s, "heartbeat": {"path": str(beat_file), "for_s": 30, "token": "c1"}})
     assert running["finished"] is False and job.exists()
+    refused = adhoc("sweep_wait", {"job": str(job), "wait_s": -1})
+    assert refused["_status"] == "FAILED!" and "wait_s and after_s are seconds: give 0 or more (wait_s=-1" in refused["msg"]
     # written when the wait began: its promise holds the wait (a promise of the grace alone ends before this)
     assert running["heartbeat"]["until"] >= beat_file.stat().st_mtime + 30 + wait_s / 2
     beat_file.unlink()
