@@ -158,7 +158,7 @@ def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tu
         errors = {name: str(got["errors"][name]) for name in backends}
     except (ValueError, IndexError, KeyError, TypeError):
         return dict.fromkeys(backends, "no answer from %s" % python), False
-    if got.get("proof"):
+    if got.get("proof") and module.params["keep_proof"]:
         try:
             write_atomic(proof_path(module.params["output"]), json.dumps(got["proof"]) + "\n", mode=0o600)
         except OSError:

@@ -119,6 +119,7 @@ options:
         C(bc_imports)); a sweep that does not complete, or where a backend did not run, forgets the proof.
     type: bool
     default: false
+  keep_proof: {description: "With O(preflight), keep a whole import's proof; false writes nothing (C(--check)).", type: bool, default: true}
 extends_documentation_fragment: [inference_ops.benchmark_cycle.cycle_heartbeat]
 author:
   - benchmark-cycle contributors (!UNKNOWN)
@@ -156,10 +157,7 @@ EXAMPLES = r"""
   inference_ops.benchmark_cycle.marlin_sweep:
     tp_size: 8
     backends: [sglang, triton, torch]
-    routing:
-      - kind: uniform
-      - kind: zipf
-        skew: 1.2
+    routing: [{kind: uniform}, {kind: zipf, skew: 1.2}]
     batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     output: /var/lib/benchmark-cycle/sweep-tp8.json
     python: /opt/sglang/bin/python
@@ -565,6 +563,7 @@ SPEC: dict[str, Any] = {
     "tune_batch_sizes": {"type": "list", "elements": "int", "default": []},
     "tune_dir": {"type": "path"},
     "preflight": {"type": "bool", "default": False},
+    "keep_proof": {"type": "bool", "default": True},
     "tag": {"type": "str"},
     "heartbeat": HEARTBEAT_OPTION,
     "memory_margin": {"type": "float", "default": 0.10},

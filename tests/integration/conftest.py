@@ -213,7 +213,7 @@ def keyless_double(request: pytest.FixtureRequest):
     by `llama` when its files differ from the lab's. And a sweep still held at the gate (gated_sweep_python) ended:
     a case that failed before its re-run or its switch ended it would leave it for its budget, and the next case on
     this host would find a sweep running. Only after a case on the lab host: a case that is not (the vllm stage, which
-    runs beside the integration stage) must not touch it."""
+    runs beside the lab cases) must not touch it."""
     yield
     if "lab" not in request.fixturenames:
         return
@@ -241,7 +241,7 @@ def no_orphaned_controllers(request: pytest.FixtureRequest):
     """After each case on the lab host, the workers of any controller it killed are ended (they would stay for ever,
     and the next case's lab host is the same): the product's side of a lost controller is the host's switch; this is
     the test machine's own cleanup. A case that is not on the lab host leaves the lab's to the stage that runs there
-    (the vllm stage runs beside the integration stage; its own host cleans up after itself: test_vllm_unit.py)."""
+    (the vllm stage runs beside the lab cases; its own host cleans up after itself: test_vllm_unit.py)."""
     yield
     if "lab" in request.fixturenames:
         kill_orphaned_controllers()
@@ -465,7 +465,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     doc = Path(os.environ.get("BC_RELIABILITY_DOC", ROOT / "results" / "reliability.md"))
     data = doc.with_suffix(".json")
     doc.parent.mkdir(parents=True, exist_ok=True)
-    # two sessions may end at once (./tasks test runs the fleet and vllm stages beside the integration tests): each one's rows are
+    # two sessions may end at once (./tasks test runs the fleet and vllm stages beside the lab cases): each one's rows are
     # merged into what the other wrote, under a lock on the data file, never over it
     with open(data, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)

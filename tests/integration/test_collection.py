@@ -16,6 +16,8 @@ import pytest
 import yaml
 from conftest import BIN, HOST, INVENTORY, ROOT, sh
 
+# On one worker (the xdist_group): the collection is built and installed once, for all of its cases (`installed`)
+pytestmark = pytest.mark.xdist_group("collection")
 FQCN = "inference_ops.benchmark_cycle"
 
 

@@ -23,6 +23,9 @@ import pytest
 import yaml
 from conftest import HOST, INVENTORY, ROOT, SWEEP_RUNNING, gated_sweep_python, serving, sh, wait_in_host, wait_serving
 
+# On one worker, one after the other (the xdist_group): the kill finds its job's container by the image it runs
+# (`podman ps --filter ancestor=`), which another worker's job would also match
+pytestmark = pytest.mark.xdist_group("ee")
 SECRET = "sk-ee-secret-7d1f"
 
 

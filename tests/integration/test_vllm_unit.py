@@ -47,7 +47,7 @@ class VllmHost:
             "bc_readiness_timeout_s": 900, "bc_readiness_delay_s": 2,
             # the sweep is not what these cases test: its smallest walk
             "bc_sweep_batch_sizes": [1, 8], "bc_sweep_routing": [{"kind": "uniform"}], "bc_sweep_iters": 3,
-            # its own results: the integration stage runs beside this one and reads the repo's results/ (history.jsonl)
+            # its own results: the lab cases run beside this one and read the repo's results/ (history.jsonl)
             "bc_results_dir": str(results),
         }
 

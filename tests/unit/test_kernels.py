@@ -273,11 +273,14 @@ def test_the_backends_are_imported_once_per_installation_and_again_after_any_cha
     python.chmod(0o755)
     out, proof = tmp_path / "plan.json", tmp_path / "imports-proven.json"
 
-    def check():
-        r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], preflight=True, python=str(python)), check=True)
+    def check(**extra):
+        r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], preflight=True, python=str(python), **extra),
+                  check=True)
         assert r["_status"] == "SUCCESS", r
         return r
 
+    unkept = check(keep_proof=False)  # the cycle's --check: nothing written on the host
+    assert unkept["backend_importable"] is True and not proof.exists()
     first = check()
     assert first["backend_importable"] is True and first["backends_proven"] is False
     assert oct(proof.stat().st_mode & 0o777) == "0o600" and json.loads(proof.read_text())["imported"] == ["torch"]
