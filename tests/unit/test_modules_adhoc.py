@@ -19,7 +19,9 @@ def adhoc(module: str, args: dict, check: bool = False, python: str = sys.execut
     env = dict(os.environ, PATH=":".join(filter(None, [path, os.environ["PATH"]])), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress")
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress",
+               ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests/integration/callback"), BC_ANSIBALLZ_ROOT=str(ROOT),
+               BC_ANSIBALLZ_CACHE=os.environ.get("BC_ANSIBALLZ_CACHE") or str(ROOT / ".lab/ansiballz"))
     cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={python}",
            "-m", "%s.%s" % (COLLECTION, module), "-a", json.dumps(args)] + (["--check"] if check else [])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False).stdout
