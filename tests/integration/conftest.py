@@ -77,9 +77,9 @@ def env(**extra: str) -> dict[str, str]:
     ANSIBLE_* variables when these tests are its verify step) do not leak into the runs. The test harness's callback
     shares ansible-core's module payloads between the runs (ANSIBALLZ)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
-    return dict(base, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-                ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests/integration/callback"), BC_ANSIBALLZ_CACHE=ANSIBALLZ,
-                BC_ANSIBALLZ_ROOT=str(ROOT), PATH=f"{BIN}:{os.environ['PATH']}", **extra)
+    return {**base, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "tests/integration/callback"), "BC_ANSIBALLZ_CACHE": ANSIBALLZ,
+            "BC_ANSIBALLZ_ROOT": str(ROOT), "PATH": f"{BIN}:{os.environ['PATH']}", **extra}
 
 
 def playbook_cmd(path: str, *extra: str, extra_vars: dict | None = None, inventory: str | None = None) -> list[str]:

@@ -16,10 +16,13 @@ COLLECTION = "inference_ops.benchmark_cycle"
 
 def adhoc(module: str, args: dict, check: bool = False, python: str = sys.executable, path: str = "") -> dict:
     """The collection's `module` (its name in the collection) run once on localhost; `path` first on its PATH."""
-    env = dict(os.environ, PATH=":".join(filter(None, [path, os.environ["PATH"]])), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="inference_ops.benchmark_cycle.benchmark_cycle_progress",
+    # the minimal output callback, as `ansible` runs without callback plugins loaded; loaded here for the test harness's
+    # alone (tests/integration/callback/bc_shared_ansiballz.py: a payload built once for these runs); no ANSIBLE_*
+    # setting of the caller's
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
+               PATH=":".join(filter(None, [path, os.environ["PATH"]])), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="bc_shared_ansiballz",
                ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests/integration/callback"), BC_ANSIBALLZ_ROOT=str(ROOT),
                BC_ANSIBALLZ_CACHE=os.environ.get("BC_ANSIBALLZ_CACHE") or str(ROOT / ".lab/ansiballz"))
     cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={python}",

@@ -52,19 +52,35 @@ def test_a_run_of_another_copy_of_the_collection_shares_nothing(tmp_path):
     assert not cache.exists()
 
 
-def test_an_edited_plugin_or_another_installation_gets_a_key_of_its_own(tmp_path):
+def test_an_edited_module_or_another_installation_gets_a_key_of_its_own(tmp_path, monkeypatch):
     (tmp_path / "plugins/modules").mkdir(parents=True)
-    module = tmp_path / "plugins/modules/m.py"
-    module.write_text("one")
+    (tmp_path / "plugins/module_utils").mkdir()
+    (tmp_path / "meta").mkdir()
+    module, util, runtime = tmp_path / "plugins/modules/m.py", tmp_path / "plugins/module_utils/u.py", tmp_path / "meta/runtime.yml"
+    for path in (module, util, runtime):
+        path.write_text("one")
     paths = [str(ROOT / "collections")]
-    before = shared.key(tmp_path, paths)
-    assert shared.key(tmp_path, paths) == before
-    module.write_text("two!")
-    assert shared.key(tmp_path, paths) != before
-    edited = shared.key(tmp_path, paths)
-    os.utime(module, ns=(0, 0))
-    assert shared.key(tmp_path, paths) != edited
-    assert shared.key(tmp_path, []) != shared.key(tmp_path, paths)  # the installed collections count
+    keys = {shared.key(tmp_path, paths)}
+    assert shared.key(tmp_path, paths) in keys  # the same sources, the same key
+    for path in (module, util, runtime):
+        st = path.stat()
+        path.write_text("two")  # the same size and, put back, the same mtime: the content is what counts
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        keys.add(shared.key(tmp_path, paths))
+    monkeypatch.setenv("ANSIBLE_MODULE_UTILS", str(tmp_path))  # a module_utils path searched before ansible-core's
+    keys.add(shared.key(tmp_path, paths))
+    monkeypatch.delenv("ANSIBLE_MODULE_UTILS")
+    keys.add(shared.key(tmp_path, []))  # the installed collections count
+    assert len(keys) == 6
+    assert shared.key(tmp_path, paths + paths) == shared.key(tmp_path, paths)  # a path given twice is one path
+
+
+def test_a_cache_others_may_write_is_never_shared(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    run(tmp_path, cache, ROOT)
+    assert payloads(cache) == []  # a pickle another user could plant is never loaded
 
 
 def test_the_collection_is_where_the_first_path_that_holds_it_says(tmp_path):
