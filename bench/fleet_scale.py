@@ -283,6 +283,14 @@ def recap(out: str) -> dict[str, dict[str, int]]:
     return rows
 
 
+def said_to(out: str, host: str, lines: int = 4) -> str:
+    """What the run said where `host` failed or was unreachable (each `fatal:` block's first lines): a failure of the
+    faults roll names its cause, not only its counters."""
+    text = out.splitlines()
+    said = [" | ".join(x.strip() for x in text[i:i + lines]) for i, line in enumerate(text) if line.startswith(f"fatal: [{host}]")]
+    return "; ".join(said)[:1500] or "nothing"
+
+
 def faults_problems(result: dict[str, Any], rows: dict[str, Any], out: str, placed: dict[str, Any], healthy: list[str],
                     batch: int) -> list[str]:
     """What the faults roll must show: red; the three faulty hosts failed (one unreachable); the healthy hosts of the
@@ -295,11 +303,13 @@ def faults_problems(result: dict[str, Any], rows: dict[str, Any], out: str, plac
         problems.append(f"{label}: the roll ended green with three faulty hosts")
     problems += [f"{label}: {host} is not failed in the recap: {rows.get(host)}" for host in sorted(faulty) if host not in placed["failed"]]
     if rows.get(unreachable, {}).get("unreachable", 0) == 0:
-        problems.append(f"{label}: {unreachable} never became unreachable: {rows.get(unreachable)}")
+        problems.append(f"{label}: {unreachable} never became unreachable: {rows.get(unreachable)}; the run said: "
+                        f"{said_to(out, unreachable)}")
     for host in healthy:  # the other hosts of the first two batches cycled as usual
         states = [e["state"] for e in events if e["host"] == host]
         if states != ["out", "in"] or rows.get(host, {}).get("failed") or host in result["router"]["out"]:
-            problems.append(f"{label}: healthy {host} went {states} in the router, recap {rows.get(host)}")
+            problems.append(f"{label}: healthy {host} went {states} in the router, recap {rows.get(host)}; the run said: "
+                            f"{said_to(out, host)}")
     # the later batches untouched (no router transition, no change): the third refused at its first task, the ones
     # after it never run (that batch was lost whole, which ends the play)
     moved = sorted({e["host"] for e in events if e["host"] in later})

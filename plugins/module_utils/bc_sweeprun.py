@@ -23,6 +23,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_marlin
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import (
     CommandError,
+    CommandTimeout,
     beat_until,
     controller_gone,
     meminfo_mib,
@@ -133,10 +134,11 @@ def oom_kills() -> int | None:
     return vmstat("oom_kill")
 
 
-def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tuple[dict[str, str], bool]:
+def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tuple[dict[str, str], bool, str]:
     """Per backend, "" when it imports in `python` (the kernels' own imports, bc_marlin.proven_import_errors, run
-    there from the staged worker), else why not; and whether an earlier check's proof stood for the imports
-    (bc_imports). A check where all of them imported leaves its proof beside the output, 0600."""
+    there from the staged worker), else why not; whether an earlier check's proof stood for the imports (bc_imports);
+    and "" or why the check itself did not answer within import_timeout (a slow import is not a missing one). A check
+    where all of them imported leaves its proof beside the output, 0600."""
     stage = tempfile.mkdtemp(prefix="bc-sweep-check-")
     # the worker's name on stdin, not the command line: a process that names it there is a sweep (to the
     # orphan check, the dead-man switch and an operator's pgrep), and this one is not
@@ -144,26 +146,30 @@ def backend_check(module: AnsibleModule, python: str, backends: list[str]) -> tu
             "names = json.loads(sys.stdin.readline()); print(json.dumps(m.proven_import_errors(names, json.loads(sys.stdin.readline()))))")
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [stage_sweep_package(stage), os.environ.get("PYTHONPATH")])))
-        rc, out, err = host_run([python, "-c", code], max(60, module.params["command_timeout"]),
+        rc, out, err = host_run([python, "-c", code], module.params["import_timeout"],
                                 stdin="%s\n%s\n%s\n" % (SWEEP_MODULE, json.dumps(backends), json.dumps(read_proof(module.params["output"]))),
                                 env=env, cwd=stage)
+    except CommandTimeout:
+        return dict.fromkeys(backends, "not answered"), False, (
+            "did not import %s within import_timeout=%d s: the check was killed (a loaded host, or a cold page cache after "
+            "a model load, makes a first import slow); raise bc_sweep_import_timeout_s" % (", ".join(backends), module.params["import_timeout"]))
     except CommandError as exc:
-        return dict.fromkeys(backends, str(exc)), False
+        return dict.fromkeys(backends, str(exc)), False, ""
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     try:
         if rc != 0:
-            return dict.fromkeys(backends, (err.strip().splitlines() or ["exit %d" % rc])[-1]), False
+            return dict.fromkeys(backends, (err.strip().splitlines() or ["exit %d" % rc])[-1]), False, ""
         got = json.loads(out.strip().splitlines()[-1])
         errors = {name: str(got["errors"][name]) for name in backends}
     except (ValueError, IndexError, KeyError, TypeError):
-        return dict.fromkeys(backends, "no answer from %s" % python), False
+        return dict.fromkeys(backends, "no answer from %s" % python), False, ""
     if got.get("proof") and module.params["keep_proof"]:
         try:
             write_atomic(proof_path(module.params["output"]), json.dumps(got["proof"]) + "\n", mode=0o600)
         except OSError:
             pass  # no proof (its directory not made yet, a full disk): the next check imports again
-    return errors, bool(got.get("proven"))
+    return errors, bool(got.get("proven")), ""
 
 
 def skipped(errors: dict[str, str], has_gpu: bool) -> dict[str, str]:
@@ -323,7 +329,7 @@ def run_worker(module: AnsibleModule, cfg: dict[str, Any], plan: dict[str, Any])
 def problem(p: dict[str, Any]) -> str:
     """The first parameter the sweep cannot take, named with the fix; "" when all are sound."""
     for key, low, what in (("warmup", 0, ""), ("routings", 1, ""), ("timeout", 1, ""), ("iters", 3, " for a median with a spread"),
-                           ("device", 0, "")):
+                           ("device", 0, ""), ("import_timeout", 1, "")):
         if p[key] < low:
             return "%s must be %s>= %d%s, got %d" % (key, "a CUDA device index " if key == "device" else "", low, what, p[key])
     if not 0 <= p["memory_margin"] <= 10:
@@ -373,8 +379,8 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     """Sizing, the GPUs and whether the backends import: what the strategy decides from."""
     p = module.params
     gpus = list_gpus(module)
-    errors, proven = backend_check(module, p["python"] or sys.executable, plan["backends"])
-    usable, why = backend_problem(errors, bool(gpus))
+    errors, proven, stuck = backend_check(module, p["python"] or sys.executable, plan["backends"])
+    usable, why = ([], stuck) if stuck else backend_problem(errors, bool(gpus))
     chosen = usable or plan["backends"]
     if usable and usable != plan["backends"]:  # only what will run is sized (and resident)
         plan["estimate_peak_gib"] = round(estimate_peak_bytes(plan["shape"], plan["batch_sizes"], usable, p["routings"]) / GIB, 3)

@@ -110,7 +110,9 @@ options:
         (the lock proves it); it is killed first, so that two sweeps never share the device.
     type: str
   memory_margin: {description: Free memory kept in reserve beyond the estimate (a fraction)., type: float, default: 0.10}
-  command_timeout: {description: Seconds nvidia-smi and the import check may take., type: int, default: 30}
+  command_timeout: {description: Seconds nvidia-smi may take., type: int, default: 30}
+  import_timeout: {description: "Seconds the O(preflight)'s import of the backends in O(python) may take (torch and sglang:
+      a minute on a loaded host or a cold page cache); past it the check is killed and none is read as importable.", type: int, default: 300}
   preflight:
     description:
       - With check mode, also list the GPUs and their free memory (nvidia-smi) and check that O(python) imports the
@@ -428,11 +430,8 @@ gpus:
   type: list
   elements: dict
   sample: [{index: 0, name: NVIDIA H200, free_mib: 6037, total_mib: 143771}]
-backend_importable:
-  description: O(python) imports at least one backend asked for (the sweep can run).
-  returned: in check mode with O(preflight)
-  type: bool
-  sample: true
+backend_importable: {description: O(python) imports at least one backend asked for (the sweep can run)., returned: in check mode with O(preflight),
+  type: bool, sample: true}
 backend_error:
   description: What is wrong when no backend asked for can run, naming the fix ("" otherwise).
   returned: in check mode with O(preflight)
@@ -568,6 +567,7 @@ SPEC: dict[str, Any] = {
     "heartbeat": HEARTBEAT_OPTION,
     "memory_margin": {"type": "float", "default": 0.10},
     "command_timeout": {"type": "int", "default": 30},
+    "import_timeout": {"type": "int", "default": 300},
 }
 
 

@@ -84,7 +84,7 @@ def test_the_batch_is_ansibles_own(serial, count, batch):
     assert fleet_scale.batch_of(serial, count) == batch
 
 
-def test_the_recap_is_read_from_a_real_run(tmp_path):
+def test_the_recap_and_what_failed_are_read_from_a_real_run(tmp_path):
     """A real ansible-playbook run with a failed, an unreachable and a fine host: the counters of each."""
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n  hosts:\n"
@@ -100,6 +100,9 @@ def test_the_recap_is_read_from_a_real_run(tmp_path):
     assert rows["good"]["failed"] == 0 and rows["good"]["unreachable"] == 0 and rows["good"]["changed"] == 1
     assert rows["bad"]["failed"] == 1
     assert rows["gone"]["unreachable"] == 1
+    # what the run said where a host failed, for a failed roll's message
+    assert "FAILED!" in fleet_scale.said_to(out, "bad") and "UNREACHABLE!" in fleet_scale.said_to(out, "gone")
+    assert fleet_scale.said_to(out, "good") == "nothing"
 
 
 def test_the_model_is_calibrated_on_serial_one_and_predicts_the_batches():

@@ -293,6 +293,24 @@ def test_the_backends_are_imported_once_per_installation_and_again_after_any_cha
     assert broken["backend_importable"] is False and "a broken torch" in broken["backend_error"] and not broken["backends_proven"]
 
 
+def test_an_import_that_does_not_answer_within_its_bound_is_refused_as_slow_never_as_missing(tmp_path):
+    """A Python whose import never answers (a host too loaded, a page cache cold after a model load): the check is killed
+    at import_timeout, nothing is importable (fail closed), no proof is kept, and the fix is the bound's setting, not
+    an install of a torch that is there."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexec sleep 3600\n")  # never answers: no margin for a busy machine to beat
+    python.chmod(0o755)
+    out = tmp_path / "plan.json"
+    r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], preflight=True, python=str(python), import_timeout=1),
+              check=True)
+    assert r["_status"] == "SUCCESS" and r["backend_importable"] is False and r["usable_backends"] == [], r
+    assert "did not import torch within import_timeout=1 s" in r["backend_error"], r["backend_error"]
+    assert "bc_sweep_import_timeout_s" in r["backend_error"] and "Install torch" not in r["backend_error"]
+    assert not (tmp_path / "imports-proven.json").exists() and r["backends_proven"] is False
+    zero = adhoc("marlin_sweep", dict(SMALL, output=str(out), preflight=True, import_timeout=0), check=True)
+    assert zero["_status"] == "FAILED!" and "import_timeout must be >= 1" in zero["msg"], zero
+
+
 def _proof(tmp_path):
     """A proof as a check makes it, in this process: its installation, and what it loaded plus a file of the test's."""
     from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils import bc_imports
