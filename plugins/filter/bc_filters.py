@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import failure as _bring_back_failure
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_bringback import plan as _bring_back_plan
@@ -132,6 +133,18 @@ def oom_kills_since(text: str, before: Any) -> int:
     if now is None or before is None or str(before).strip() in ("", "None"):
         return 0
     return max(0, now - int(before))
+
+
+def host_clock(text: str) -> float:
+    """Seconds since the epoch from what `date +%s.%N` printed on the host, its last line (a shell that prints a banner
+    first is not the clock). Anything else is an error naming what was printed: a deadline is never made from it
+    (Jinja's `float` reads it as 0, a deadline passed at once: a drain cut short, a reload never waited for)."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    if not re.fullmatch(r"[0-9]{9,}(\.[0-9]+)?", last):
+        raise AnsibleFilterError("the host's clock could not be read: `date +%%s.%%N` printed %r, not seconds since the epoch "
+                                 "(a date without %%N, such as busybox's?): no deadline is made from it" % last[:80])
+    return float(last)
 
 
 def closest(known: list[str], name: str) -> str:
@@ -431,7 +444,7 @@ class FilterModule:
             "bc_cli_args": cli_args,
             "bc_settings_env": settings_env, "bc_systemd_quote": systemd_quote, "bc_closest": closest, "bc_int_list": int_list,
             "bc_name_list": name_list,
-            "bc_oom_kills_since": oom_kills_since,
+            "bc_oom_kills_since": oom_kills_since, "bc_host_clock": host_clock,
             "bc_unit_name": unit_name, "bc_hook_secrets": hook_secrets, "bc_key_problem": key_problem,
             "bc_server_keys": server_keys, "bc_moe_config_dir_problem": moe_config_dir_host_problem,
             "bc_env_lines": env_lines, "bc_api_key_transport": api_key_transport,

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from bc_shared_ansiballz import settings as shared_payloads
 
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import processes
 
@@ -67,19 +68,13 @@ class Run:
         raise AssertionError(f"no {event} event for a task named like {task!r}: {[e['task'] for e in self.events][-20:]}")
 
 
-# ansible-core's AnsiballZ payloads, built once for the suite's runs of this clone's collection, not once per run
-# (tests/integration/callback/bc_shared_ansiballz.py says when they are shared; BC_ANSIBALLZ_CACHE: elsewhere)
-ANSIBALLZ = os.environ.get("BC_ANSIBALLZ_CACHE") or str(ROOT / ".lab/ansiballz")
-
-
 def env(**extra: str) -> dict[str, str]:
     """The project's ansible.cfg and nothing else: settings inherited from a caller (molecule's
     ANSIBLE_* variables when these tests are its verify step) do not leak into the runs. The test harness's callback
-    shares ansible-core's module payloads between the runs (ANSIBALLZ)."""
+    shares ansible-core's module payloads between the runs (bc_shared_ansiballz: built once for the suite)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
     return {**base, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "tests/integration/callback"), "BC_ANSIBALLZ_CACHE": ANSIBALLZ,
-            "BC_ANSIBALLZ_ROOT": str(ROOT), "PATH": f"{BIN}:{os.environ['PATH']}", **extra}
+            **shared_payloads(ROOT), "PATH": f"{BIN}:{os.environ['PATH']}", **extra}
 
 
 def playbook_cmd(path: str, *extra: str, extra_vars: dict | None = None, inventory: str | None = None) -> list[str]:

@@ -1,10 +1,12 @@
 """Filter plugins: pure functions, driven with literal inputs."""
 
 import pytest
+from ansible.errors import AnsibleFilterError
 from bc_filters import (
     FilterModule,
     cli_args,
     closest,
+    host_clock,
     int_list,
     oom_kills_since,
     systemd_quote,
@@ -77,6 +79,23 @@ def test_int_list_accepts_survey_strings_and_names_bad_values():
     with pytest.raises(ValueError, match="bc_sweep_tp_sizes is empty"):
         int_list("", "bc_sweep_tp_sizes")
     assert int_list([], "bc_sweep_tune_batch_sizes", True) == [] == int_list("", "x", True)
+
+
+@pytest.mark.parametrize(("printed", "clock"), [
+    ("1796576437.089123456\n", 1796576437.089123456),
+    ("1796576437\n", 1796576437.0),
+    ("Welcome to lab1\n\n1796576437.5\n", 1796576437.5),  # a shell that prints a banner first: the clock is the last line
+])
+def test_the_hosts_clock_is_the_last_line_date_printed(printed, clock):
+    assert host_clock(printed) == clock
+
+
+@pytest.mark.parametrize("printed", ["", "\n", "1796576437.N", "1796576437.%N", "Sun Dec  6 18:00:00 UTC 2026", "0", "-1",
+                                     "1796576437.5 banner", "nan", "inf", None])
+def test_a_clock_that_is_not_seconds_since_the_epoch_is_never_a_deadline(printed):
+    """Fail closed: Jinja's float reads each of these as a number (0 or nan): a deadline passed at once, or never."""
+    with pytest.raises(AnsibleFilterError, match="the host's clock could not be read"):
+        host_clock(printed)
 
 
 def test_oom_kills_since_reads_proc_vmstat():

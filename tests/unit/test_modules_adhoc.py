@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bc_shared_ansiballz import settings as shared_payloads
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
@@ -22,9 +23,7 @@ def adhoc(module: str, args: dict, check: bool = False, python: str = sys.execut
     env = dict({k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
                PATH=":".join(filter(None, [path, os.environ["PATH"]])), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="bc_shared_ansiballz",
-               ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests/integration/callback"), BC_ANSIBALLZ_ROOT=str(ROOT),
-               BC_ANSIBALLZ_CACHE=os.environ.get("BC_ANSIBALLZ_CACHE") or str(ROOT / ".lab/ansiballz"))
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="bc_shared_ansiballz", **shared_payloads(ROOT))
     cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={python}",
            "-m", "%s.%s" % (COLLECTION, module), "-a", json.dumps(args)] + (["--check"] if check else [])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False).stdout

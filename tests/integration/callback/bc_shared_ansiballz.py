@@ -37,6 +37,13 @@ COLLECTION = Path("ansible_collections/inference_ops/benchmark_cycle")
 SEARCH = ("ANSIBLE_MODULE_UTILS", "ANSIBLE_LIBRARY")
 
 
+def settings(root: Path) -> dict[str, str]:
+    """The environment in which a run of the clone at `root` loads this callback and shares its payloads: the one
+    place the suite's runs take it from (BC_ANSIBALLZ_CACHE, when the caller gives it: the shared directory)."""
+    return {"ANSIBLE_CALLBACK_PLUGINS": str(Path(__file__).resolve().parent), "BC_ANSIBALLZ_ROOT": str(root),
+            "BC_ANSIBALLZ_CACHE": os.environ.get("BC_ANSIBALLZ_CACHE") or str(root / ".lab/ansiballz")}
+
+
 def found_collection(paths: list[str]) -> Path | None:
     """Where ansible-core finds this collection: the first collection path that holds it (its finder's order)."""
     for path in paths:
