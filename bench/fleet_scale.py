@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -284,10 +285,11 @@ def recap(out: str) -> dict[str, dict[str, int]]:
 
 
 def said_to(out: str, host: str, lines: int = 4) -> str:
-    """What the run said where `host` failed or was unreachable (each `fatal:` block's first lines): a failure of the
-    faults roll names its cause, not only its counters."""
+    """What the run said where `host` failed or was unreachable (each `fatal:` or `failed:` block's first lines, a
+    delegated task's and a loop item's too): a failure of the faults roll names its cause, not only its counters."""
     text = out.splitlines()
-    said = [" | ".join(x.strip() for x in text[i:i + lines]) for i, line in enumerate(text) if line.startswith(f"fatal: [{host}]")]
+    said = [" | ".join(x.strip() for x in text[i:i + lines]) for i, line in enumerate(text)
+            if re.match(rf"(fatal|failed): \[{re.escape(host)}( -> [^]]+)?\]", line)]
     return "; ".join(said)[:1500] or "nothing"
 
 

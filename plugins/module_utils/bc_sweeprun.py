@@ -380,7 +380,9 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     p = module.params
     gpus = list_gpus(module)
     errors, proven, stuck = backend_check(module, p["python"] or sys.executable, plan["backends"])
-    usable, why = ([], stuck) if stuck else backend_problem(errors, bool(gpus))
+    # a slow import is its own answer, unless the primary backend could not run here anyway (it needs a GPU: none)
+    needs_gpu = not gpus and plan["backends"][0] in INT4_BACKENDS
+    usable, why = ([], stuck) if stuck and not needs_gpu else backend_problem(errors, bool(gpus))
     chosen = usable or plan["backends"]
     if usable and usable != plan["backends"]:  # only what will run is sized (and resident)
         plan["estimate_peak_gib"] = round(estimate_peak_bytes(plan["shape"], plan["batch_sizes"], usable, p["routings"]) / GIB, 3)

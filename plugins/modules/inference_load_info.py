@@ -42,7 +42,8 @@ EXAMPLES = r"""
     url: http://127.0.0.1:30001
     engine: sglang
     unit: sglang-k26
-    deadline: "{{ drain_started | float + 120 }}"
+    # clock: `date +%s.%N` run on the host before the wait (ansible.builtin.raw), registered
+    deadline: "{{ (clock.stdout | inference_ops.benchmark_cycle.bc_host_clock) + 120 }}"
   register: load
   until: load.deadline_passed or (load.in_flight is not none and load.in_flight == 0)
   retries: 60

@@ -381,9 +381,11 @@ def test_stale_lock_is_explained_and_broken_only_on_request(llama, reliability):
 @pytest.mark.path("refused.preflight", real="an import of torch by the host's own sweep Python")
 def test_sweep_backend_missing_is_refused_before_the_stop(llama, reliability):
     before = pid()
-    run = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_python": "/usr/bin/python3"})
+    run = playbook("benchmark_cycle.yml", extra_vars={"bc_sweep_python": "/usr/bin/python3", "bc_sweep_tp_sizes": [1, 2]})
     assert run.rc != 0
     assert f"/usr/bin/python3 on {HOST} cannot import the torch backend" in run.out and "Install torch in that Python" in run.out
+    # the same answer for every shape: one import check, not one per tensor-parallel shape (each may wait its bound)
+    assert "(item=tp1 torch)" in run.out and "(item=tp2 torch)" not in run.out, run.out[-3000:]
     assert pid() == before
     reliability(fault="sweep backend missing", injected="bc_sweep_python without torch",
                 did="refused in the preflight (one import check on the host), before the drain", service_after=serving() + " (same PID)",

@@ -84,6 +84,7 @@ def test_int_list_accepts_survey_strings_and_names_bad_values():
 @pytest.mark.parametrize(("printed", "clock"), [
     ("1796576437.089123456\n", 1796576437.089123456),
     ("1796576437\n", 1796576437.0),
+    ("1796576437.25\r\n", 1796576437.25),  # through a tty (raw's ssh -tt)
     ("Welcome to lab1\n\n1796576437.5\n", 1796576437.5),  # a shell that prints a banner first: the clock is the last line
 ])
 def test_the_hosts_clock_is_the_last_line_date_printed(printed, clock):

@@ -298,7 +298,9 @@ def test_an_import_that_does_not_answer_within_its_bound_is_refused_as_slow_neve
     at import_timeout, nothing is importable (fail closed), no proof is kept, and the fix is the bound's setting, not
     an install of a torch that is there."""
     python = tmp_path / "python"
-    python.write_text("#!/bin/sh\nexec sleep 3600\n")  # never answers: no margin for a busy machine to beat
+    # an answer with a proof, then never an end: no margin for a busy machine to beat, and a proof that must not be kept
+    python.write_text("#!/bin/sh\necho '{\"errors\": {\"torch\": \"\"}, \"proof\": {\"imported\": [\"torch\"]}, \"proven\": false}'\n"
+                      "exec sleep 3600\n")
     python.chmod(0o755)
     out = tmp_path / "plan.json"
     r = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["torch"], preflight=True, python=str(python), import_timeout=1),
@@ -307,6 +309,9 @@ def test_an_import_that_does_not_answer_within_its_bound_is_refused_as_slow_neve
     assert "did not import torch within import_timeout=1 s" in r["backend_error"], r["backend_error"]
     assert "bc_sweep_import_timeout_s" in r["backend_error"] and "Install torch" not in r["backend_error"]
     assert not (tmp_path / "imports-proven.json").exists() and r["backends_proven"] is False
+    gpu_only = adhoc("marlin_sweep", dict(SMALL, output=str(out), backends=["sglang"], preflight=True, python=str(python),
+                                          import_timeout=1), check=True)  # no GPU here: that is the answer, not the import
+    assert gpu_only["backend_importable"] is False and "without a GPU" in gpu_only["backend_error"], gpu_only
     zero = adhoc("marlin_sweep", dict(SMALL, output=str(out), preflight=True, import_timeout=0), check=True)
     assert zero["_status"] == "FAILED!" and "import_timeout must be >= 1" in zero["msg"], zero
 
