@@ -181,10 +181,11 @@ def skipped(errors: dict[str, str], has_gpu: bool) -> dict[str, str]:
     return out
 
 
-def backend_problem(errors: dict[str, str], has_gpu: bool) -> tuple[list[str], str]:
+def backend_problem(errors: dict[str, str], has_gpu: bool, stuck: str = "") -> tuple[list[str], str]:
     """The backends that can run, and "" or what is wrong with the choice, naming the fix. The first
     backend is the primary, what the run is for: the choice is refused unless it can run (another one
-    that cannot is reported and skipped)."""
+    that cannot is reported and skipped). `stuck`: why the import check did not answer (backend_check), the answer
+    unless the primary needs a GPU and there is none."""
     down = skipped(errors, has_gpu)
     usable = [b for b in errors if b not in down]
     primary = next(iter(errors))
@@ -194,6 +195,8 @@ def backend_problem(errors: dict[str, str], has_gpu: bool) -> tuple[list[str], s
         gpu_only = [b for b in errors if b in INT4_BACKENDS]
         return [], ("cannot run the %s backend without a GPU: nvidia-smi found none. Use backends [torch] for the CPU "
                     "reference" % ", ".join(gpu_only))
+    if stuck:  # the import check did not answer within its bound: a slow import, not a missing one
+        return [], stuck
     fix = ("Install torch in that Python" if primary == "torch"
            else "Point bc_sweep_python at the SGLang venv, or install sglang there")
     failing = [b for b in errors if errors[b]]
@@ -380,9 +383,7 @@ def preflight(module: AnsibleModule, plan: dict[str, Any]) -> dict[str, Any]:
     p = module.params
     gpus = list_gpus(module)
     errors, proven, stuck = backend_check(module, p["python"] or sys.executable, plan["backends"])
-    # a slow import is its own answer, unless the primary backend could not run here anyway (it needs a GPU: none)
-    needs_gpu = not gpus and plan["backends"][0] in INT4_BACKENDS
-    usable, why = ([], stuck) if stuck and not needs_gpu else backend_problem(errors, bool(gpus))
+    usable, why = backend_problem(errors, bool(gpus), stuck)
     chosen = usable or plan["backends"]
     if usable and usable != plan["backends"]:  # only what will run is sized (and resident)
         plan["estimate_peak_gib"] = round(estimate_peak_bytes(plan["shape"], plan["batch_sizes"], usable, p["routings"]) / GIB, 3)
