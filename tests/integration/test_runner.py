@@ -38,8 +38,10 @@ def test_cycle_through_ansible_runner_as_awx_runs_it(llama, tmp_path):
     assert r.status == "successful" and r.rc == 0, r.stdout.read()[-3000:]
     kinds = {e["event"] for e in events}
     retries = {e["event_data"]["task"] for e in events if e["event"] == "runner_retry"}
-    # the reload's probes, and the sweep's polls (each one the controller's heartbeat): nothing else retries
-    assert "Wait for the server to be ready" in retries and retries <= {"Wait for the server to be ready", "Sweep tp1 torch"}, retries
+    # the reload's probes, and the sweep's polls (each one the controller's heartbeat): nothing else retries. How many
+    # times each retries is the machine's speed (under load the first probe can find the server ready): not asserted
+    assert retries <= {"Wait for the server to be ready", "Sweep tp1 torch"}, retries
+    assert any(e["event"] == "runner_on_ok" and e["event_data"]["task"] == "Wait for the server to be ready" for e in events)
     launch = next(e for e in events if e["event"] == "runner_on_ok" and e["event_data"]["task"] == "Start the sweep tp1 torch")
     assert launch["event_data"]["res"].get("ansible_job_id") and "runner_on_ok" in kinds  # the sweep ran detached
     sweep = next(e for e in events if e["event"] == "runner_on_ok" and e["event_data"]["task"] == "Sweep tp1 torch")
