@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DOUBLE, HOST, ROOT, playbook, sh
+from conftest import CONTAINER, DOUBLE, HOST, ROOT, Run, playbook, serving, sh, wait_in_host
 
 SECRET = "sk-lab-secret-9f8e7d"
 
@@ -26,20 +26,41 @@ FULL_SWEEP = {"bc_sweep_batch_sizes": LAB_VARS["bc_sweep_batch_sizes"], "bc_swee
               "gpu_benchmark_plot": True}
 
 
-@pytest.mark.path("stop.ready", real="the whole cycle against the real llama-server under systemd")
-def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monkeypatch):
+@pytest.mark.path("stop.ready", real="the whole cycle against the real llama-server under systemd; the host's process "
+                  "table and cgroups (server-named processes outside the unit); the server's argv as systemd starts it (no "
+                  "shell); an HTTP annotation refused by a Grafana double")
+def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monkeypatch, reliability):
+    """The green stop path's one cycle, asserting all it promises: the drain, the sweep and its reports, the reload
+    waited out, the key kept secret, nothing world-writable; the first contact slower than the old fixed task bound;
+    processes that never belonged to the unit left alone; user strings reaching the server as literal arguments; a
+    Grafana that refuses the token a warning, not a failed cycle."""
+    from doubles.grafana_api import Grafana
+
     # a 10 s load (ExecStartPre): long enough for a probe to land in it on a busy machine; the first contact's ssh master
     # (a fresh control path dir: no master of an earlier run) opens slower than the old fixed task timeout
     monkeypatch.setenv("BC_SLOW_MASTER_S", str(SLOW_MASTER_S))
-    run = playbook("benchmark_cycle.yml", extra_vars={
-        **FULL_SWEEP, "bc_start_delay_s": 10, "bc_api_key": SECRET, "ansible_control_path_dir": str(tmp_path / "cp"),
-        "ansible_ssh_executable": str(ROOT / "tests/integration/slow_master_ssh.sh")})
-    assert run.rc == 0, run.out[-4000:]
+    strays = started_strays()
+    grafana = Grafana("another-token")
+    try:
+        run = playbook("benchmark_cycle.yml", extra_vars={
+            **FULL_SWEEP, "bc_start_delay_s": 10, "bc_api_key": SECRET, "ansible_control_path_dir": str(tmp_path / "cp"),
+            "ansible_ssh_executable": str(ROOT / "tests/integration/slow_master_ssh.sh"),
+            "bc_engine_settings": dict(LAB_SETTINGS, served_model_name=ALIAS),
+            "bc_grafana_annotation": {"url": grafana.url, "token": GRAFANA_TOKEN}})
+        assert run.rc == 0, run.out[-4000:]
+        strays_left_alone(run)
+        # the Grafana double refused the token: a warning, the cycle green, the token in no output
+        assert "WARNING: the Grafana annotation failed: HTTP 401" in run.out and GRAFANA_TOKEN not in run.out
+        assert json.loads(grafana.received[0]["body"])["text"].startswith(f"benchmark cycle on {HOST}")
+    finally:
+        grafana.close()
+        strays()
     first = run.at("Read which process the unit runs", "start")
     assert run.at("Read which process the unit runs") - first >= SLOW_MASTER_S  # the slow master was this task's
     # the reload was waited out by module retries, with a progress line per retry
     assert re.search(rf"{HOST} reload \d\d:\d\d  loading ", run.out), run.out[-3000:]
     assert "answer: '4'" in run.out
+    assert "Publish the host's outcome as job artifacts" in run.out
     report = re.search(rf"(/\S+/results/{HOST}/\d{{8}}T\d{{6}}Z/sweep-tp1-torch\.report\.md)", run.out).group(1)
     assert Path(report).exists() and Path(report).with_suffix("").with_suffix(".png").exists()
     assert "ran on cpu" in Path(report).read_text()
@@ -60,6 +81,40 @@ def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monk
     answer = sh(f"curl -s -H 'Authorization: Bearer {SECRET}' -H 'Content-Type: application/json' "
                 "-d '{\"prompt\":\"2+2=\",\"max_tokens\":4,\"temperature\":0}' http://127.0.0.1:8080/v1/completions")
     assert json.loads(answer)["choices"][0]["text"] == "4"
+    # the alias reached the server as one argv element, byte for byte, and no shell ever ran it
+    assert sh("ls /tmp/pwned /tmp/pwned2 2>/dev/null || true").strip() == ""
+    models = json.loads(sh(f"curl -s -H 'Authorization: Bearer {SECRET}' http://127.0.0.1:8080/v1/models"))
+    assert [m["id"] for m in models["data"]] == [ALIAS]
+    reliability(fault="server-named processes outside the unit",
+                injected="a hand-started llama-server, one inside another unit, and a compiler building llama-server.cpp",
+                did="none belonged to the unit (its cgroup, its main PID's descendants, the engine's exact names): all left "
+                    "alone; the cycle completed",
+                service_after=serving(api_key=SECRET), data_kept="full results", detect_s=None, run_s=run.seconds)
+
+
+# a served model name with shell syntax in it: it must reach the server as one literal argument
+ALIAS = "lab $(touch /tmp/pwned) `touch /tmp/pwned2`; x"
+GRAFANA_TOKEN = "glsa_bcTestToken_7f3e9a"
+
+
+def started_strays():
+    """Processes that never belonged to the unit, running before the cycle: a server process outside any unit (a
+    hand-started run), a same-named one in another service, and a compiler building llama-server.cpp (it only mentions
+    the name). Returns what ends them. Only the unit's own former processes with the engine's exact names are leftovers
+    (tests/unit/test_unit_lifecycle.py)."""
+    sh("systemd-run --unit other-llama --property=Type=exec bash -c 'exec -a llama-server sleep 3600'")
+    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c", "exec -a llama-server sleep 3601"])
+    subprocess.Popen(["podman", "exec", CONTAINER, "bash", "-c",
+                      "exec -a cc1plus python3 -c 'import time; time.sleep(3600)' tools/server/llama-server.cpp"])
+    wait_in_host("pgrep -f '^llama-server 3601' >/dev/null && pgrep -f '[c]c1plus' >/dev/null", 300)  # all run before the cycle
+    return lambda: sh("systemctl stop other-llama; pkill -f '^llama-server 3601'; pkill -f '[c]c1plus'; true")
+
+
+def strays_left_alone(run: Run) -> None:
+    assert re.search(r"leftovers_killed: false", run.out)
+    assert sh("pgrep -f '^llama-server 3601' || true").strip()  # the hand-started one survives
+    assert sh("systemctl is-active other-llama").strip() == "active"  # another service's process is not ours
+    assert sh("pgrep -f '[c]c1plus' || true").strip()  # a process that only mentions the server's name survives
 
 
 @pytest.mark.path("stop.ready", real="a server whose port is closed while loading, then warming (time)")
@@ -114,15 +169,3 @@ def test_check_mode_shows_the_unit_diff_and_changes_nothing(llama):
     assert sh("sha256sum /etc/systemd/system/llama-lab.service") == unit
     assert sh("ls /var/lib/benchmark-cycle/results | wc -l") == results
     assert sh("ls /run/lock | grep -c benchmark-cycle || true").strip() == "0"
-
-
-@pytest.mark.path("stop.ready", real="the server's argv as systemd starts it (no shell)")
-def test_user_strings_reach_the_server_as_literal_arguments_never_a_shell(llama):
-    alias = "lab $(touch /tmp/pwned) `touch /tmp/pwned2`; x"
-    run = playbook("benchmark_cycle.yml", extra_vars={"bc_engine_settings": dict(LAB_SETTINGS, served_model_name=alias)})
-    assert run.rc == 0, run.out[-3000:]
-    assert sh("ls /tmp/pwned /tmp/pwned2 2>/dev/null || true").strip() == ""
-    models = json.loads(sh("curl -s http://127.0.0.1:8080/v1/models"))
-    assert [m["id"] for m in models["data"]] == [alias]  # one argv element, byte for byte
-
-

@@ -102,7 +102,8 @@ def vllm_host(tmp_path_factory: pytest.TempPathFactory):
         kill_orphaned_controllers(str(inventory))  # a cycle killed by its timeout leaves its workers
 
 
-@pytest.mark.path("stop.ready", real="a real vLLM installed and started by the cycle under systemd")
+@pytest.mark.path("stop.ready", real="a real vLLM installed and started by the cycle under systemd; the results fetched to "
+                  "a configured directory")
 def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     run = vllm_host.cycle()
     assert run.rc == 0, run.out[-4000:]
@@ -113,6 +114,10 @@ def test_the_cycle_installs_a_real_vllm_as_a_unit_and_it_serves(vllm_host):
     assert vllm_host.show("ActiveState") == "active"
     answer = vllm_host.completion()
     assert "4" in answer["choices"][0]["text"], answer
+    # the sweep's results fetched to the configured results directory (bc_results_dir), with their history
+    results = Path(vllm_host.vars["bc_results_dir"])
+    assert list(results.glob(f"{HOST}/*/sweep-tp1-torch.json")) and (results / "history.jsonl").exists(), \
+        sorted(str(p) for p in results.rglob("*"))
 
 
 @pytest.mark.path("none.server", real="systemd's Restart=always after a real vLLM's engine is killed")
