@@ -23,8 +23,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 FQCN = "inference_ops.benchmark_cycle"
-# the release that first shipped the filters as the collection's
-VERSION_ADDED = "0.9.0"
+def version_added(path: Path, root: Path = ROOT) -> str:
+    """The release a filter was added in: what its sidecar says once written (a released filter keeps its release), and
+    for a new filter the version being made (galaxy.yml)."""
+    if path.exists():
+        return str((yaml.safe_load(path.read_text()) or {}).get("DOCUMENTATION", {}).get("version_added", ""))
+    return str(yaml.safe_load((root / "galaxy.yml").read_text())["version"])
 # Python annotations as ansible-doc types
 TYPES = {str: "str", int: "int", float: "float", bool: "bool", dict: "dict", list: "list", tuple: "list"}
 
@@ -103,9 +107,11 @@ def sidecar(name: str, fn: Callable[..., Any], root: Path, fqcn: str, version: s
     return {"DOCUMENTATION": documentation, "EXAMPLES": example, "RETURN": {"_value": returned}}
 
 
-def sidecars(filters: dict[str, Callable[..., Any]], root: Path, fqcn: str, version: str = "1.0.0") -> dict[str, str]:
+def sidecars(filters: dict[str, Callable[..., Any]], root: Path, fqcn: str) -> dict[str, str]:
     """{filter name: its sidecar's YAML text} for every filter the plugin registers."""
-    return {name: yaml.dump(sidecar(name, fn, root, fqcn, version), Dumper=IndentedDumper, sort_keys=False, width=120)
+    folder = root / "plugins" / "filter"
+    return {name: yaml.dump(sidecar(name, fn, root, fqcn, version_added(folder / ("%s.yml" % name), root)),
+                            Dumper=IndentedDumper, sort_keys=False, width=120)
             for name, fn in sorted(filters.items())}
 
 
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a sidecar differs from what would be written")
     args = parser.parse_args(argv)
     folder = ROOT / "plugins" / "filter"
-    want = {folder / ("%s.yml" % name): "---\n" + text for name, text in sidecars(filters(), ROOT, FQCN, VERSION_ADDED).items()}
+    want = {folder / ("%s.yml" % name): "---\n" + text for name, text in sidecars(filters(), ROOT, FQCN).items()}
     have = set(folder.glob("*.yml"))
     stale = sorted(str(p.relative_to(ROOT)) for p in set(want) | have if p not in want or not p.exists() or p.read_text() != want[p])
     if args.check:

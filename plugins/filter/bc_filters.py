@@ -10,6 +10,7 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_h
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_host import vmstat
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import budget as _budget
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import choose, key_rotation, sweep_alone
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import roll_problem as _roll_problem
 from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_sweepstats import INT4_BACKENDS
 
 # the one definition of every bc_* setting, read from the collection's own tree (a clone or the installed copy)
@@ -304,6 +306,17 @@ def cycle_budget(numbers: dict[str, Any]) -> dict[str, Any]:
     return _budget(numbers)
 
 
+def roll_budget_problem(totals: list[Any], serial: Any, job_budget_s: Any, began_s: Any = None) -> str:
+    """Why the roll (every target, batch by batch) may outlast bc_job_budget_s, or "" (bc_strategy.roll_problem).
+    `began_s`: when the job began (epoch seconds, the Target play's note on this controller); absent or unreadable: not
+    known."""
+    try:
+        elapsed = time.time() - float(began_s) if began_s not in (None, "") else None
+    except (TypeError, ValueError):
+        elapsed = None
+    return _roll_problem(list(totals or []), serial, job_budget_s, elapsed)
+
+
 def key_rotation_of(probes: dict[str, Any] | None) -> bool | str | None:
     """bc_strategy.key_rotation of the preflight's looped key probe (its register: results[0] with the cycle's key
     alone, results[1] with no key; a loop that did not run gives False)."""
@@ -452,7 +465,7 @@ class FilterModule:
             "bc_safe_name": safe_name, "bc_posix_name": posix_name,
             "bc_settings_problems": settings_problems, "bc_unknown_settings": unknown_settings,
             "bc_readiness_keys": readiness_keys, "bc_given": given, "bc_effective": effective,
-            "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_strategy": strategy,
+            "bc_preflight": preflight, "bc_cycle_budget": cycle_budget, "bc_roll_budget_problem": roll_budget_problem, "bc_strategy": strategy,
             "bc_sweep_alone": sweep_alone, "bc_core_problem": core_problem, "bc_key_rotation": key_rotation_of,
             "bc_prom_textfile": prom_textfile, "bc_notification": notification, "bc_same_pid_table": same_pid_table,
             "bc_recovery_findings": recovery_findings, "bc_bring_back": bring_back,

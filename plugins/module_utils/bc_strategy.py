@@ -165,6 +165,50 @@ def budget(n: dict[str, Any]) -> dict[str, Any]:
             "switch_after_s": phases["release"] + phases["stop"] + phases["sweep"] + phases["gpu_post_check"] + margin}
 
 
+def batches(count: int, serial: Any) -> list[int]:
+    """The sizes of the roll's batches as ansible-core cuts `count` hosts by a play's `serial`
+    (executor/playbook_executor.py _get_serialized_batches, utils/helpers.py pct_to_int): a number, a share ('25%',
+    rounded down, at least 1) or a list of them whose last repeats; 0 or less: one batch of all."""
+    steps = list(serial) if isinstance(serial, (list, tuple)) else [serial]
+    sizes, left, i = [], count, 0
+    while left > 0:
+        step = str(steps[i]).strip() if steps else "-1"
+        size = (int(int(step[:-1]) / 100.0 * count) or 1) if step.endswith("%") else int(step)
+        if size <= 0:
+            sizes.append(left)
+            break
+        sizes.append(min(size, left))
+        left -= sizes[-1]
+        i = min(i + 1, len(steps) - 1)
+    return sizes
+
+
+def roll_problem(totals: list[Any], serial: Any, job_budget_s: Any, elapsed_s: Any) -> str:
+    """Why the roll may outlast the job's time limit, or "" (an AWX job timeout kills the job and skips `always`: a
+    service stopped then is left to the host's dead-man switch). The roll's worst case: the time already spent in the
+    job, then batch after batch the worst case of its slowest host (a batch's hosts cycle side by side). `totals`:
+    each target's worst case (budget's total_s) in the roll's order; `elapsed_s`: seconds since the job began, None
+    when that is not known (never read as none spent)."""
+    limit = int(job_budget_s or 0)
+    if limit <= 0:
+        return ""
+    fix = ("raise the job's timeout, roll fewer hosts per job (--limit) or more per batch (bc_serial), or lower "
+           "bc_sweep_timeout_s, bc_readiness_timeout_s or bc_drain_deadline_s")
+    if elapsed_s is None:
+        return ("when the job began is not known (benchmark_cycle.yml's Target play notes it), so whether the roll fits "
+                "bc_job_budget_s=%d cannot be told: run the cycle through benchmark_cycle.yml, or set bc_job_budget_s=0" % limit)
+    worst, at = [], 0
+    for size in batches(len(totals), serial):
+        worst.append(max(int(t) for t in totals[at:at + size]))
+        at += size
+    spent = max(0, int(float(elapsed_s)))
+    if spent + sum(worst) <= limit:
+        return ""
+    return ("the roll's worst case is %d s (%d s already spent in the job, then %d batch(es) by bc_serial=%s, each its "
+            "slowest host's worst case: %s s), over bc_job_budget_s=%d: %s"
+            % (spent + sum(worst), spent, len(worst), serial, " + ".join(map(str, worst)), limit, fix))
+
+
 def sweep_alone(main_pid: Any, unit: str, sizing: dict[str, Any]) -> str:
     """Why a sweep run on its own (`--tags sweep`: no drain, no stop, no start) is refused, or "" when it may run.
     It never frees the GPU, so it runs only where the GPU is free already: the unit runs no process (MainPID 0), or the

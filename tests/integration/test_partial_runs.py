@@ -55,10 +55,16 @@ def history_of(stamp: str) -> list[dict]:
 def test_each_part_runs_on_its_own_and_keeps_its_guarantees(llama, reliability):
     before, unit = pid(), sh("sha256sum /etc/systemd/system/llama-lab.service")
 
-    plan = playbook("benchmark_cycle.yml", "--tags", "preflight")
+    # a job time limit the roll fits (the time since the Target play's note counted), then one it cannot fit
+    plan = playbook("benchmark_cycle.yml", "--tags", "preflight", extra_vars={"bc_job_budget_s": 86400})
     assert plan.rc == 0, plan.out[-3000:]
     assert f"{HOST}: sweep needs ~" in plan.out and "the service will be drained and stopped" in plan.out
     assert not any("Take the lock" in (e["task"] or "") or "Template" in (e["task"] or "") for e in plan.events)
+    assert pid() == before and no_lock() and sh("sha256sum /etc/systemd/system/llama-lab.service") == unit
+    short = playbook("benchmark_cycle.yml", "--tags", "preflight", extra_vars={"bc_job_budget_s": 60})
+    said = " ".join(short.out.split())
+    assert short.rc != 0 and "the roll's worst case is" in said and "over bc_job_budget_s=60" in said, short.out[-3000:]
+    assert f"The cycle's worst case on {HOST} is" in said and "Nothing was touched" in said, short.out[-3000:]
     assert pid() == before and no_lock() and sh("sha256sum /etc/systemd/system/llama-lab.service") == unit
 
     # the preflight skipped: the whole cycle and the sweep alone are refused by name before anything is touched

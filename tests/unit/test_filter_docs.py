@@ -47,6 +47,14 @@ def test_a_filter_is_documented_from_its_docstring_and_signature(tmp_path):
     assert doc["RETURN"]["_value"]["type"] == "str"
 
 
+def test_a_new_filter_is_added_in_the_version_being_made_and_a_written_one_keeps_its_release(tmp_path):
+    (tmp_path / "galaxy.yml").write_text("version: 1.2.0\n")
+    written = tmp_path / "bc_old.yml"
+    written.write_text("---\nDOCUMENTATION:\n  name: bc_old\n  version_added: 0.9.0\n")
+    assert filter_docs.version_added(written, tmp_path) == "0.9.0"
+    assert filter_docs.version_added(tmp_path / "bc_new.yml", tmp_path) == "1.2.0"
+
+
 def test_every_filter_has_a_sidecar_that_the_real_ansible_doc_renders(tmp_path):
     names = sorted(filter_docs.filters())
     assert sorted(p.stem for p in (ROOT / "plugins" / "filter").glob("*.yml")) == names

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import budget, choose, sweep_alone
+from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import (
+    batches,
+    budget,
+    choose,
+    roll_problem,
+    sweep_alone,
+)
 
 GPU_FITS = {"has_gpu": True, "fits": True, "need_mib": 17000, "free_mib": 60000}
 GPU_FULL = {"has_gpu": True, "fits": False, "need_mib": 17000, "free_mib": 9000}
@@ -170,3 +176,47 @@ def test_what_the_live_server_says_of_the_key_is_read_as_a_rotation_or_not(with_
     from ansible_collections.inference_ops.benchmark_cycle.plugins.module_utils.bc_strategy import key_rotation
     assert key_rotation(with_key, without_key) == rotation
     assert key_rotation_of({"results": [with_key, without_key]} if with_key is not None else {}) == rotation
+
+
+@pytest.mark.parametrize(("count", "serial", "sizes"), [
+    (1, 1, [1]), (5, 1, [1, 1, 1, 1, 1]), (5, 2, [2, 2, 1]), (5, "2", [2, 2, 1]),
+    (4, "50%", [2, 2]), (3, "25%", [1, 1, 1]),  # a share rounds down, at least one host
+    (9, [1, "30%", 5], [1, 2, 5, 1]),  # a list's last repeats
+    (3, 0, [3]), (3, -1, [3]), (3, [], [3]), (0, 1, []),
+])
+def test_the_roll_is_cut_into_batches_as_ansible_core_cuts_it(count, serial, sizes):
+    assert batches(count, serial) == sizes
+
+
+@pytest.mark.parametrize(("totals", "serial", "limit", "elapsed", "words"), [
+    ([4815], 1, 0, None, ""),  # no job limit: nothing to refuse, whatever is known
+    ([4815], 1, 7200, 0, ""),
+    ([4815], 1, 7200, 2000, ""),
+    ([4815], 1, 7200, 2386, "the roll's worst case is 7201 s (2386 s already spent in the job, then 1 batch(es)"),
+    ([1000, 1000, 1000], 1, 2500, 0, "3000 s (0 s already spent in the job, then 3 batch(es) by bc_serial=1, each its "
+                                       "slowest host's worst case: 1000 + 1000 + 1000 s), over bc_job_budget_s=2500"),
+    ([1000, 1000, 1000], 3, 2500, 0, ""),  # side by side: one batch, its slowest host
+    ([1000, 2000, 1000], 2, 2999, 0, "2000 + 1000 s"),
+    ([1000, 2000, 1000], "50%", 3000, 0, "1000 + 2000 + 1000 s"),  # half of three hosts is one
+    ([1000, 2000, 1000, 1000], "50%", 3000, 0, ""),
+    ([100], 1, 7200, None, "when the job began is not known"),  # unknown is never read as no time spent
+    ([100], 1, 7200, -5, ""),  # a clock a little behind: nothing spent, never a negative credit
+])
+def test_a_roll_that_may_outlast_the_job_budget_is_refused_counting_the_time_spent_and_the_batches(
+        totals, serial, limit, elapsed, words):
+    got = roll_problem(totals, serial, limit, elapsed)
+    assert (words in got and got) if words else got == "", got
+    if got and elapsed is not None:
+        assert "raise the job's timeout, roll fewer hosts per job (--limit) or more per batch (bc_serial)" in got
+
+
+def test_the_filter_counts_the_job_from_its_note_and_reads_a_missing_one_as_not_known():
+    import time
+
+    from bc_filters import roll_budget_problem
+
+    assert roll_budget_problem([100], 1, 200, time.time() - 50) == ""
+    assert "150 s already spent" in roll_budget_problem([100], 1, 200, time.time() - 150)
+    for began in (None, "", "soon"):
+        assert "when the job began is not known" in roll_budget_problem([100], 1, 200, began)
+    assert roll_budget_problem([100], 1, 0, None) == ""
