@@ -121,7 +121,8 @@ def test_a_controller_lost_costs_the_grace_not_the_worst_case(llama, reliability
                 service_after=serving(), data_kept="the re-run's full results", detect_s=back_s, run_s=rerun.seconds)
 
 
-@pytest.mark.path("recover.started", real="the recovery job on a host a lost controller left (systemd, the orphaned sweep, a live holder)")
+@pytest.mark.path("recover.started", real="the recovery job on a host a lost controller left (systemd, the orphaned sweep, a live holder); "
+                  "a second cycle refused by a live holder's lock (two real cycles)")
 def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_holder(llama, reliability):
     """playbooks/recover.yml, the AWX recovery job: a controller lost mid-sweep (the service stopped, the host out of
     the router, the sweep running, the switch armed), then the recovery at once: it says what it found, takes the lock
@@ -137,13 +138,22 @@ def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_hold
                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         wait_for_sweep(live)
+        # a second cycle and the recovery while the live one runs: both refused at the lock, naming the holder
+        second = playbook("benchmark_cycle.yml")
+        lock_modes = sh(f"stat -c %a {LOCK} {LOCK}/owner.json").split()
         refused = playbook("playbooks/recover.yml", extra_vars=extra)
     finally:
         open_sweep_gate()
+    assert lock_modes == ["700", "600"]  # the held lock is the owner's alone
+    assert second.rc != 0 and "another benchmark cycle holds" in second.out, second.out[-3000:]
+    assert re.search(r"\(pid \d+\)", second.out)  # names the holder's process
     text = " ".join(refused.out.split())
     assert refused.rc != 0 and "another benchmark cycle holds" in text and "bc_lock_break_token=" in text, refused.out[-3000:]
     out, _ = live.communicate(timeout=1800)
     assert live.returncode == 0, out[-3000:]  # the live cycle was not disturbed
+    reliability(fault="second cycle while one runs", injected="the same playbook started again during the first one's sweep",
+                did="refused at the lock naming the holder (cycle, user@controller, pid, age); the first cycle completed",
+                service_after=serving(), data_kept="the first cycle's full results", detect_s=None, run_s=second.seconds)
     sh("echo -n > /tmp/lb-log")
 
     gated_sweep_python()  # the gate closed again: the lost cycle's sweep is held until the recovery ends it
