@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/case_cpu.sh <pytest args...>: the wall time, the controller's CPU (the pytest process tree: ansible-playbook,
 # its workers, podman) and the lab host's CPU (its container's cgroup) of lab cases run against a lab host that is
-# already up and provisioned. docs/timings.md ("Where a fault case's CPU goes") has what it measured.
+# already up and provisioned. docs/timings.md has the method ("Method and the bound").
 #   BC_LAB_INVENTORY=/path/to/inventory BC_LAB_CONTAINER=bc-dev-1 bench/case_cpu.sh tests/integration/test_faults.py -k reload
 set -euo pipefail
 cd "$(dirname "$0")/.."
