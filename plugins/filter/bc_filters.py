@@ -306,15 +306,15 @@ def cycle_budget(numbers: dict[str, Any]) -> dict[str, Any]:
     return _budget(numbers)
 
 
-def roll_budget_problem(totals: list[Any], serial: Any, job_budget_s: Any, began_s: Any = None) -> str:
+def roll_budget_problem(totals: list[Any], serial: Any, job_budget_s: Any, began_s: Any = None, forks: Any = None) -> str:
     """Why the roll (every target, batch by batch) may outlast bc_job_budget_s, or "" (bc_strategy.roll_problem).
     `began_s`: when the job began (epoch seconds, the Target play's note on this controller); absent or unreadable: not
-    known."""
+    known. `forks`: how many hosts a task runs on at once."""
     try:
         elapsed = time.time() - float(began_s) if began_s not in (None, "") else None
     except (TypeError, ValueError):
         elapsed = None
-    return _roll_problem(list(totals or []), serial, job_budget_s, elapsed)
+    return _roll_problem(list(totals or []), serial, job_budget_s, elapsed, forks)
 
 
 def key_rotation_of(probes: dict[str, Any] | None) -> bool | str | None:

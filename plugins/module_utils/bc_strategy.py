@@ -183,30 +183,34 @@ def batches(count: int, serial: Any) -> list[int]:
     return sizes
 
 
-def roll_problem(totals: list[Any], serial: Any, job_budget_s: Any, elapsed_s: Any) -> str:
+def roll_problem(totals: list[Any], serial: Any, job_budget_s: Any, elapsed_s: Any, forks: Any = None) -> str:
     """Why the roll may outlast the job's time limit, or "" (an AWX job timeout kills the job and skips `always`: a
     service stopped then is left to the host's dead-man switch). The roll's worst case: the time already spent in the
-    job, then batch after batch the worst case of its slowest host (a batch's hosts cycle side by side). `totals`:
-    each target's worst case (budget's total_s) in the roll's order; `elapsed_s`: seconds since the job began, None
-    when that is not known (never read as none spent)."""
+    job, then batch after batch the worst case of its slowest host, times the waves its hosts take when the batch
+    holds more hosts than `forks` (the linear strategy runs each task on at most `forks` hosts at once). `totals`:
+    every target's worst case (budget's total_s) in the roll's order, 0 for a host that will not cycle (it still
+    holds its place in the batches, as ansible-core cuts them from every target); `elapsed_s`: seconds since the job
+    began, None when that is not known (never read as none spent)."""
     limit = int(job_budget_s or 0)
     if limit <= 0:
         return ""
-    fix = ("raise the job's timeout, roll fewer hosts per job (--limit) or more per batch (bc_serial), or lower "
-           "bc_sweep_timeout_s, bc_readiness_timeout_s or bc_drain_deadline_s")
+    fix = ("raise the job's timeout, roll fewer hosts per job (--limit) or more per batch (bc_serial, within the forks), "
+           "or lower bc_sweep_timeout_s, bc_readiness_timeout_s or bc_drain_deadline_s")
     if elapsed_s is None:
         return ("when the job began is not known (benchmark_cycle.yml's Target play notes it), so whether the roll fits "
                 "bc_job_budget_s=%d cannot be told: run the cycle through benchmark_cycle.yml, or set bc_job_budget_s=0" % limit)
+    width = int(forks or 0)
     worst, at = [], 0
     for size in batches(len(totals), serial):
-        worst.append(max(int(t) for t in totals[at:at + size]))
+        waves = -(-size // width) if width > 0 else 1
+        worst.append(waves * max(int(t) for t in totals[at:at + size]))
         at += size
     spent = max(0, int(float(elapsed_s)))
     if spent + sum(worst) <= limit:
         return ""
-    return ("the roll's worst case is %d s (%d s already spent in the job, then %d batch(es) by bc_serial=%s, each its "
-            "slowest host's worst case: %s s), over bc_job_budget_s=%d: %s"
-            % (spent + sum(worst), spent, len(worst), serial, " + ".join(map(str, worst)), limit, fix))
+    return ("the roll's worst case is %d s (%d s already spent in the job, then %d batch(es) by bc_serial=%s and %s "
+            "forks, each its slowest host's worst case times its waves: %s s), over bc_job_budget_s=%d: %s"
+            % (spent + sum(worst), spent, len(worst), serial, forks, " + ".join(map(str, worst)), limit, fix))
 
 
 def sweep_alone(main_pid: Any, unit: str, sizing: dict[str, Any]) -> str:

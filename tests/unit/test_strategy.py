@@ -188,26 +188,31 @@ def test_the_roll_is_cut_into_batches_as_ansible_core_cuts_it(count, serial, siz
     assert batches(count, serial) == sizes
 
 
-@pytest.mark.parametrize(("totals", "serial", "limit", "elapsed", "words"), [
-    ([4815], 1, 0, None, ""),  # no job limit: nothing to refuse, whatever is known
-    ([4815], 1, 7200, 0, ""),
-    ([4815], 1, 7200, 2000, ""),
-    ([4815], 1, 7200, 2386, "the roll's worst case is 7201 s (2386 s already spent in the job, then 1 batch(es)"),
-    ([1000, 1000, 1000], 1, 2500, 0, "3000 s (0 s already spent in the job, then 3 batch(es) by bc_serial=1, each its "
-                                       "slowest host's worst case: 1000 + 1000 + 1000 s), over bc_job_budget_s=2500"),
-    ([1000, 1000, 1000], 3, 2500, 0, ""),  # side by side: one batch, its slowest host
-    ([1000, 2000, 1000], 2, 2999, 0, "2000 + 1000 s"),
-    ([1000, 2000, 1000], "50%", 3000, 0, "1000 + 2000 + 1000 s"),  # half of three hosts is one
-    ([1000, 2000, 1000, 1000], "50%", 3000, 0, ""),
-    ([100], 1, 7200, None, "when the job began is not known"),  # unknown is never read as no time spent
-    ([100], 1, 7200, -5, ""),  # a clock a little behind: nothing spent, never a negative credit
+@pytest.mark.parametrize(("totals", "serial", "forks", "limit", "elapsed", "words"), [
+    ([4815], 1, 5, 0, None, ""),  # no job limit: nothing to refuse, whatever is known
+    ([4815], 1, 5, 7200, 0, ""),
+    ([4815], 1, 5, 7200, 2000, ""),
+    ([4815], 1, 5, 7200, 2386, "the roll's worst case is 7201 s (2386 s already spent in the job, then 1 batch(es)"),
+    ([1000, 1000, 1000], 1, 5, 2500, 0, "3000 s (0 s already spent in the job, then 3 batch(es) by bc_serial=1 and 5 "
+                                          "forks, each its slowest host's worst case times its waves: 1000 + 1000 + 1000 s), "
+                                          "over bc_job_budget_s=2500"),
+    ([1000, 1000, 1000], 3, 5, 2500, 0, ""),  # side by side: one batch, its slowest host
+    ([1000, 1000, 1000], 3, 2, 1999, 0, "worst case is 2000 s"),  # three hosts on two forks: two waves
+    ([1000, 1000, 1000], 3, None, 2500, 0, ""),  # forks not given: one wave
+    ([1000, 2000, 1000], 2, 5, 2999, 0, "2000 + 1000 s"),
+    ([1000, 2000, 1000], "50%", 5, 3000, 0, "1000 + 2000 + 1000 s"),  # half of three hosts is one
+    ([1000, 2000, 1000, 1000], "50%", 5, 3000, 0, ""),
+    # a host refused in the preflight (0) still holds its place in the batches ansible-core cuts
+    ([0, 100, 100, 10, 10], 2, 5, 150, 0, "100 + 100 + 10 s"),
+    ([100], 1, 5, 7200, None, "when the job began is not known"),  # unknown is never read as no time spent
+    ([100], 1, 5, 7200, -5, ""),  # a clock a little behind: nothing spent, never a negative credit
 ])
 def test_a_roll_that_may_outlast_the_job_budget_is_refused_counting_the_time_spent_and_the_batches(
-        totals, serial, limit, elapsed, words):
-    got = roll_problem(totals, serial, limit, elapsed)
+        totals, serial, forks, limit, elapsed, words):
+    got = roll_problem(totals, serial, limit, elapsed, forks)
     assert (words in got and got) if words else got == "", got
     if got and elapsed is not None:
-        assert "raise the job's timeout, roll fewer hosts per job (--limit) or more per batch (bc_serial)" in got
+        assert "raise the job's timeout, roll fewer hosts per job (--limit) or more per batch (bc_serial" in got
 
 
 def test_the_filter_counts_the_job_from_its_note_and_reads_a_missing_one_as_not_known():
@@ -215,8 +220,9 @@ def test_the_filter_counts_the_job_from_its_note_and_reads_a_missing_one_as_not_
 
     from bc_filters import roll_budget_problem
 
-    assert roll_budget_problem([100], 1, 200, time.time() - 50) == ""
-    assert "150 s already spent" in roll_budget_problem([100], 1, 200, time.time() - 150)
+    assert roll_budget_problem([100], 1, 200, time.time() - 50, 5) == ""
+    assert "150 s already spent" in roll_budget_problem([100], 1, 200, time.time() - 150, 5)
+    assert "2 batch(es)" in roll_budget_problem([100, 100], 1, 150, time.time(), 5)
     for began in (None, "", "soon"):
         assert "when the job began is not known" in roll_budget_problem([100], 1, 200, began)
     assert roll_budget_problem([100], 1, 0, None) == ""
