@@ -26,7 +26,7 @@ STAGES = ["setup: apt", "setup: venv", "setup: collections", "setup: llama-serve
           "total"]
 
 
-SHOWN = 4  # the runs the table shows, the newest; the data file keeps every run
+SHOWN = 3  # the runs the table shows, the newest; the data file keeps every run
 LOADED_SHOWN = 6  # the `whole suite` lines, the newest runs recorded with their load
 # a side stage's wrapper around the stages it runs (`side_start` in tasks): its time is theirs, shown once
 WRAPPERS = {"molecule", "vllm and fleet", "molecule default and fleet"}

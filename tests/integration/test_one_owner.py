@@ -151,9 +151,11 @@ def test_recover_brings_back_what_a_lost_controller_left_and_refuses_a_live_hold
     assert refused.rc != 0 and "another benchmark cycle holds" in text and "bc_lock_break_token=" in text, refused.out[-3000:]
     out, _ = live.communicate(timeout=1800)
     assert live.returncode == 0, out[-3000:]  # the live cycle was not disturbed
+    after = serving()
+    assert after == "active, answers 2+2=4" and not sh(f"ls -d {LOCK} 2>/dev/null || true").strip(), after
     reliability(fault="second cycle while one runs", injected="the same playbook started again during the first one's sweep",
                 did="refused at the lock naming the holder (cycle, user@controller, pid, age); the first cycle completed",
-                service_after=serving(), data_kept="the first cycle's full results", detect_s=None, run_s=second.seconds)
+                service_after=after, data_kept="the first cycle's full results", detect_s=None, run_s=second.seconds)
     sh("echo -n > /tmp/lb-log")
 
     gated_sweep_python()  # the gate closed again: the lost cycle's sweep is held until the recovery ends it

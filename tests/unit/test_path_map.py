@@ -19,7 +19,7 @@ import path_map
 def test_every_lab_case_has_exactly_one_path_marker_with_real_or_decision():
     cases, problems = path_map.read_cases()
     assert problems == []
-    assert len(cases) >= 70  # tests/integration/test_*.py: a glob that found nothing would pass vacuously
+    assert len(cases) >= 50  # tests/integration/test_*.py: a glob that found nothing would pass vacuously
     assert all(c.kind in ("real", "decision") and c.what for c in cases)
 
 

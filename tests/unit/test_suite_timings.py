@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
-from suite_timings import BEGIN, END, cpu_use, failures, read_run, render
+from suite_timings import BEGIN, END, SHOWN, cpu_use, failures, read_run, render
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">{}</testsuite></testsuites>"""
 
@@ -152,6 +152,7 @@ def test_the_table_shows_the_newest_runs_and_their_stages_only():
     runs = [{"label": f"run {i}", "at": "t", "node": "n", "cases": 1, "stages": {f"old stage {i}": 1, "total": 100 + i},
              "slowest": []} for i in range(6)]
     text = render(runs)
-    assert "The newest 4 of 6 runs" in text
-    assert "run 0 " not in text and "run 1 " not in text and "| run 5 (t, n, 1 cases)" in text
-    assert "old stage 1" not in text and "old stage 2" in text
+    first = len(runs) - SHOWN  # the oldest run the table shows
+    assert f"The newest {SHOWN} of 6 runs" in text and 0 < first
+    assert all(f"run {i} " not in text for i in range(first)) and "| run 5 (t, n, 1 cases)" in text
+    assert f"old stage {first - 1}" not in text and f"old stage {first}" in text
