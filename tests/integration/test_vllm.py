@@ -9,6 +9,7 @@ killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT / "library"))
 from conftest import built
 from test_modules_adhoc import adhoc
 
-from lab import VLLM_SHUTDOWN_TIMEOUT_S, free_port, vllm_serve
+from lab import free_port, vllm_serve
 
 
 def get(url: str, timeout: float = 5) -> int | None:
@@ -226,9 +227,9 @@ def test_a_stalled_engine_is_never_read_as_idle_nor_ready(vllm):
 
 @pytest.mark.path("none.server", real="a real vLLM's SIGTERM drain")
 def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
-    """SIGTERM with a request in flight: with --shutdown-timeout, vLLM finishes it (or, past that grace, cuts it with an
-    error: seen on a machine kept busy by stress-ng), and meanwhile /health answers 200 while each new request is
-    refused with 500; the project's readiness says stopping throughout, never ready."""
+    """SIGTERM with a request in flight: with --shutdown-timeout, vLLM finishes it (or, on a machine kept busy by
+    stress-ng, cuts it with an error), and meanwhile /health answers 200 while each new request is refused with 500;
+    the project's readiness says stopping throughout, never ready."""
     results: list = []
     ended: list = []
     engine = engine_core(vllm)
@@ -262,14 +263,18 @@ def test_vllms_own_sigterm_drain_is_never_taken_for_ready(vllm):
     assert not [s for s in seen if s[2]], seen  # never ready once the drain began
     assert (200, "stopping", False) in seen, seen  # the window where /health alone would have said ready
     assert seen[-1][0] is None or vllm.proc.poll() is not None, ("neither gone nor closed 60 s after SIGTERM", seen[-5:])
-    # drained, not aborted: the request is answered in full, or (the hang above) never answered; cut with an error only
-    # once vLLM's grace for it has run out (a machine too busy to finish 480 tokens within it): its EngineCore drains
-    # until no work is left, and the process manager kills it at the end of --shutdown-timeout (vllm 0.32.0:
-    # v1/engine/core.py _handle_shutdown, v1/engine/utils.py get_engine_process_shutdown_timeout)
+    # the request is answered in full, or (the hang above) never answered, or cut with an error: never a short answer
+    # passed off as a whole one. On an idle machine vLLM finishes it; a machine too busy to finish 480 tokens sees it cut
+    # at the end of --shutdown-timeout (vllm 0.32.0: v1/engine/core.py _handle_shutdown, v1/engine/utils.py
+    # get_engine_process_shutdown_timeout), and beside stress-ng --cpu 2 its EngineCore also died 7 s into the grace
+    # (500 "EngineCore encountered an issue"): the cycle drains to zero before its stop for this reason
     cut_after = ended[0] - termed if ended else None
-    assert not results or results[0].status == 200 or cut_after >= VLLM_SHUTDOWN_TIMEOUT_S, (
-        "cut %.1f s after the SIGTERM, within vLLM's %d s grace" % (cut_after, VLLM_SHUTDOWN_TIMEOUT_S),
-        [(r.status, r.body[:300]) for r in results])
+    print("vLLM %s: the request in flight ended %s s after the SIGTERM" % (vllm.version, cut_after))
+    if results and results[0].status == 200:
+        usage = json.loads(results[0].body)["usage"]
+        assert usage["completion_tokens"] == 480, usage  # answered in full (ignore_eos), never cut short silently
+    else:
+        assert not results or results[0].status >= 500, [(r.status, r.body[:300]) for r in results]
 
 
 def request_body(url: str) -> str:
