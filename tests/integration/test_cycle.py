@@ -12,6 +12,8 @@ import yaml
 from conftest import CONTAINER, DOUBLE, HOST, ROOT, Run, playbook, serving, sh, wait_in_host
 
 SECRET = "sk-lab-secret-9f8e7d"
+# a served model name with shell syntax in it: it must reach the server as one literal argument
+ALIAS = "lab $(touch /tmp/pwned) `touch /tmp/pwned2`; x"
 
 
 # a fixed task timeout once bounded the host's first contact, ssh master and module transfer included: a controller
@@ -35,6 +37,7 @@ def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monk
     processes that never belonged to the unit left alone; user strings reaching the server as literal arguments; a
     Grafana that refuses the token a warning, not a failed cycle."""
     from doubles.grafana_api import Grafana
+    from test_health_export import TOKEN as GRAFANA_TOKEN
 
     # a 10 s load (ExecStartPre): long enough for a probe to land in it on a busy machine; the first contact's ssh master
     # (a fresh control path dir: no master of an earlier run) opens slower than the old fixed task timeout
@@ -91,10 +94,6 @@ def test_cycle_llamacpp_drains_sweeps_restarts_and_answers(llama, tmp_path, monk
                     "alone; the cycle completed",
                 service_after=serving(api_key=SECRET), data_kept="full results", detect_s=None, run_s=run.seconds)
 
-
-# a served model name with shell syntax in it: it must reach the server as one literal argument
-ALIAS = "lab $(touch /tmp/pwned) `touch /tmp/pwned2`; x"
-GRAFANA_TOKEN = "glsa_bcTestToken_7f3e9a"
 
 
 def started_strays():
